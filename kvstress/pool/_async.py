@@ -1,0 +1,137 @@
+"""The async block pool, on anyio (asyncio and trio): one event loop, a FIFO of parked waiters."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.lowlevel
+
+from kvstress._errors import PoolExhausted
+from kvstress.pool._base import PoolBase
+from kvstress.pool._block import Block
+from kvstress.pool._core import ReleaseStep
+from kvstress.pool._validate import check_timeout
+
+
+class AsyncBlockPool(PoolBase):
+    """A KV-cache block pool for async tasks. Implements the kvstress pool protocol (async flavour).
+
+    ``acquire`` and ``release`` are coroutines; use the pool from one event loop. Time is the
+    loop's clock (``anyio.current_time``), so trio's MockClock and kvstress' controlled loop
+    drive timeouts on virtual time.
+
+    Cancellation: a cancelled ``acquire`` never holds a block (it takes one only at a point
+    where it can no longer be cancelled) and passes on a wake-up it received, so no waiter is
+    left asleep beside a free block; ``release`` is shielded and always completes.
+    """
+
+    def _setup(self) -> None:
+        # Invariant: every event in _waiters is unset; a set event has been removed.
+        self._waiters: deque[anyio.Event] = deque()
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        """Take a FREE block (ACQUIRED, refcount 1, zeroed); wait up to ``timeout`` seconds.
+
+        ``None`` waits without limit, ``0`` tries once. Returns None when the time is up.
+        """
+        timeout = check_timeout(timeout)
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        core, holder = self._core, anyio.get_current_task()
+        now = anyio.current_time()
+        block_id = core.take(now, holder)
+        if block_id >= 0:
+            core.waits.add(0.0)
+            # Yield to the loop, but where no cancellation can strike: the block is ours.
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            return self._handed_out(block_id, now)
+        if timeout == 0:
+            core.timeouts += 1
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            return None
+        return await self._wait_for_block(now, timeout, holder)
+
+    async def _wait_for_block(self, start: float, timeout: float | None, holder: object) -> Block | None:
+        core = self._core
+        deadline = None if timeout is None else start + timeout
+        while True:
+            waiter = anyio.Event()
+            self._waiters.append(waiter)
+            remaining = None if deadline is None else deadline - anyio.current_time()
+            try:
+                with anyio.move_on_after(remaining):
+                    await waiter.wait()
+            except BaseException:  # cancelled: pass on a wake-up we got but cannot use
+                self._forget(waiter, pass_on=True)
+                raise
+            self._forget(waiter, pass_on=False)
+            # No await from here on: what we take cannot be lost to a cancellation.
+            now = anyio.current_time()
+            block_id = core.take(now, holder)
+            if block_id >= 0:
+                core.waits.add(now - start)
+                if core.free_count > 0:
+                    self._wake_one()
+                return self._handed_out(block_id, now)
+            if deadline is not None and now >= deadline:
+                core.timeouts += 1
+                core.waits.add(now - start)
+                return None
+
+    def _forget(self, waiter: anyio.Event, *, pass_on: bool) -> None:
+        """Leave the queue (a woken waiter has left it already); maybe hand the wake-up on."""
+        if not waiter.is_set():
+            self._waiters.remove(waiter)
+        elif pass_on and self._core.free_count > 0:
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        if self._waiters:
+            self._waiters.popleft().set()
+
+    def _handed_out(self, block_id: int, now: float) -> Block:
+        if self._core.leaks.threshold is not None:
+            self._core.leaks.scan(now)
+        return self._handle(block_id)
+
+    async def release(self, block: Block) -> bool:
+        """Drop one reference; the last one resets the block and returns it to the queue.
+
+        Shielded from cancellation. Returns True only when this call returned the block; a
+        double release (or a stale handle) changes nothing, is counted, logged at WARNING,
+        and returns False.
+        """
+        block_id, generation = self._unwrap(block)
+        with anyio.CancelScope(shield=True):
+            step = self._core.begin_release(block_id, generation, anyio.current_time())
+            if step is ReleaseStep.LAST:
+                self._storage.reset(block_id)  # strictly before the offer below
+                self._core.finish_release(block_id)
+                self._wake_one()
+            elif step is ReleaseStep.DOUBLE:
+                self._log_double_release(block_id)
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+        return step is ReleaseStep.LAST
+
+    @asynccontextmanager
+    async def block(self, timeout: float | None = None) -> AsyncIterator[Block]:
+        """``async with pool.block(timeout) as b:`` acquires, and always releases.
+
+        Raises PoolExhausted when no block comes within ``timeout``.
+        """
+        acquired = await self.acquire(timeout)
+        if acquired is None:
+            raise PoolExhausted(f"no free block within {timeout} s ({self.num_blocks} blocks, all held)")
+        try:
+            yield acquired
+        finally:
+            await self.release(acquired)
+
+    def _now(self) -> float:
+        try:
+            return anyio.current_time()
+        except Exception:  # read from sync code outside the loop (a dump): asyncio's clock
+            return time.monotonic()

@@ -1,0 +1,176 @@
+"""What the threaded and the async pool share: construction, validation, reads, metrics, dumps."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import structlog
+import torch
+
+from kvstress.pool._block import Block
+from kvstress.pool._core import PoolCore
+from kvstress.pool._leaks import LeakDetection, LeakSuspect, LeakTracker
+from kvstress.pool._state import BlockState
+from kvstress.pool._storage import BlockStorage
+from kvstress.pool._validate import (
+    check_block_shape,
+    check_dtype,
+    check_num_blocks,
+    check_positive_int,
+    check_positive_or_none,
+    resolve_device,
+)
+
+log = structlog.get_logger("kvstress.pool")
+
+
+@dataclass(frozen=True, slots=True)
+class BlockInfo:
+    """One block as a dump shows it."""
+
+    id: int
+    state: BlockState
+    refcount: int
+    holder: str | None
+    in_free_queue: bool
+    held_for_s: float | None
+
+
+class PoolBase:
+    """Construction and the read side of a pool; the flavours add acquire and release.
+
+    ``backoff_bound`` (seconds): how much later than its deadline, or than a block becoming
+    free, a waiting acquire may return, beyond the time the OS or event loop takes to run it.
+    Our pools wake waiters by notification, so they declare 0.0; the checkers add a slack.
+    """
+
+    backoff_bound: ClassVar[float] = 0.0
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_shape: tuple[int, ...] | list[int],
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        leak_threshold: float | None = None,
+        leak_detection: LeakDetection = LeakDetection.SIMPLE,
+        leak_sample_rate: int = 128,
+    ) -> None:
+        self.num_blocks = check_num_blocks(num_blocks)
+        self.block_shape = check_block_shape(block_shape)
+        self.dtype = check_dtype(dtype)
+        self.device = resolve_device(device)
+        if not isinstance(leak_detection, LeakDetection):
+            raise ValueError(f"leak_detection must be a LeakDetection, got {leak_detection!r}")
+        tracker = LeakTracker(
+            leak_detection,
+            check_positive_int("leak_sample_rate", leak_sample_rate),
+            check_positive_or_none("leak_threshold", leak_threshold),
+        )
+        self._storage = BlockStorage(self.num_blocks, self.block_shape, self.dtype, self.device)
+        self._core = PoolCore(self.num_blocks, tracker)
+        self._lock: AbstractContextManager[Any] = nullcontext()
+        self._setup()
+
+    # -- the protocol's read side -----------------------------------------------------------
+
+    def free_count(self) -> int:
+        """The pool's own O(1) counter of free blocks."""
+        return self._core.free_count
+
+    def free_ids(self) -> list[int]:
+        """The ids in the free queue, in queue order (a snapshot)."""
+        with self._lock:
+            return self._core.free_ids()
+
+    def mark_in_use(self, block: Block) -> None:
+        """ACQUIRED -> IN_USE: the holder starts writing K/V. Raises InvalidTransition otherwise."""
+        block_id, generation = self._unwrap(block)
+        with self._lock:
+            self._core.mark_in_use(block_id, generation)
+
+    def retain(self, block: Block) -> None:
+        """Share a held block: refcount += 1. Raises InvalidTransition on a block not held."""
+        block_id, generation = self._unwrap(block)
+        with self._lock:
+            self._core.retain(block_id, generation)
+
+    # -- observability ----------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, float | int]:
+        """The seed's five metrics and a few counters, as a flat dict."""
+        core = self._core
+        with self._lock:
+            return {
+                "free_count": core.free_count,
+                "acquired_count": core.held,
+                "acquire_wait_p50_s": core.waits.percentile(50),
+                "acquire_wait_p99_s": core.waits.percentile(99),
+                "double_release_count": core.double_releases,
+                "leak_suspect_count": core.leaks.suspect_count,
+                "leak_returned_count": core.leaks.returned_count,
+                "acquire_timeout_count": core.timeouts,
+            }
+
+    def check_leaks(self) -> list[LeakSuspect]:
+        """Report blocks held past ``leak_threshold`` (each once); also done on every acquire."""
+        with self._lock:
+            return self._core.leaks.scan(self._now())
+
+    def dump(self) -> list[BlockInfo]:
+        """Every block: state, refcount, holder, whether it is in the free queue."""
+        with self._lock:
+            core, now = self._core, self._now()
+            queued = set(core.free_ids())
+            infos = []
+            for block_id in range(self.num_blocks):
+                since = core.leaks.acquired_at(block_id)
+                infos.append(
+                    BlockInfo(
+                        block_id,
+                        core.state(block_id),
+                        core.refcount[block_id],
+                        core.leaks.holder_of(block_id),
+                        block_id in queued,
+                        None if since is None else now - since,
+                    )
+                )
+            return infos
+
+    @property
+    def storage(self) -> torch.Tensor:
+        """The whole block memory, ``[num_blocks, *block_shape]`` (for benchmarks and dumps)."""
+        return self._storage.tensor
+
+    # -- for the flavours -------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        """Make the flavour's own synchronisation (a lock, a waiter queue)."""
+
+    def _now(self) -> float:
+        raise NotImplementedError
+
+    def _handle(self, block_id: int) -> Block:
+        return Block(self._core, self._storage, block_id, self._core.generation(block_id))
+
+    def _unwrap(self, block: object) -> tuple[int, int]:
+        if not isinstance(block, Block) or not block.belongs_to(self._core):
+            raise ValueError(f"block must be a Block handed out by this pool, got {block!r}")
+        return block.id, block.generation
+
+    def _log_double_release(self, block_id: int) -> None:
+        log.warning(
+            "double_release",
+            block=block_id,
+            state=self._core.state_name(block_id),
+            count=self._core.double_releases,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.num_blocks} x {list(self.block_shape)} {self.dtype} "
+            f"on {self.device}, {self._core.free_count} free>"
+        )

@@ -1,0 +1,52 @@
+"""The handle a pool gives out for one tenancy of one block."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from kvstress.pool._state import BlockState
+
+if TYPE_CHECKING:
+    from kvstress.pool._core import PoolCore
+    from kvstress.pool._storage import BlockStorage
+
+
+class Block:
+    """A block as its holder sees it: ``id``, ``data`` (a view), ``state`` and ``refcount``.
+
+    ``state`` and ``refcount`` are read live from the pool. A handle belongs to one tenancy
+    (``generation``): once its block has been returned, the handle is stale and the pool
+    refuses it (a release through it counts as a double release).
+    """
+
+    __slots__ = ("_core", "_storage", "generation", "id")
+
+    def __init__(self, core: PoolCore, storage: BlockStorage, block_id: int, generation: int) -> None:
+        self._core = core
+        self._storage = storage
+        self.id = block_id
+        self.generation = generation
+
+    @property
+    def data(self) -> torch.Tensor:
+        """This block's memory: a view of shape ``block_shape`` on the pool's device."""
+        return self._storage.view(self.id)
+
+    @property
+    def state(self) -> BlockState:
+        """The block's state now."""
+        return self._core.state(self.id)
+
+    @property
+    def refcount(self) -> int:
+        """The block's reference count now."""
+        return self._core.refcount[self.id]
+
+    def belongs_to(self, core: PoolCore) -> bool:
+        """Whether this handle was given out by the pool that owns ``core``."""
+        return self._core is core
+
+    def __repr__(self) -> str:
+        return f"<Block {self.id} {self.state.name} refcount={self.refcount} gen={self.generation}>"

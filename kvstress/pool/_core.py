@@ -1,0 +1,167 @@
+"""Bookkeeping shared by the threaded and the async pool: states, refcounts, the free queue, its counter.
+
+The core holds no lock and reads no clock: the threaded pool calls it under its lock, the async
+pool from its one event loop, and both pass the time in. Metadata is compact and built up front
+for every block (a byte of state, an int refcount, an int generation, a slot in the free ring);
+nothing per block is a Python object until the block is handed out.
+
+Invariants, between two calls:
+- the free ring holds exactly the blocks whose state is FREE, each once;
+- ``free_count`` (an independent counter, as the seed's AtomicInteger) equals the ring's length;
+- a block's refcount is >= 1 when it is ACQUIRED or IN_USE, and 0 otherwise;
+- a block's generation grows at each acquire, so a handle from an earlier tenancy is stale.
+"""
+
+from __future__ import annotations
+
+from array import array
+from enum import Enum
+
+from kvstress._errors import InvalidTransition
+from kvstress.pool._leaks import LeakTracker
+from kvstress.pool._metrics import WaitSamples
+from kvstress.pool._state import BlockState
+
+_FREE = int(BlockState.FREE)
+_ACQUIRED = int(BlockState.ACQUIRED)
+_IN_USE = int(BlockState.IN_USE)
+_RELEASING = int(BlockState.RELEASING)
+_GENERATION_MASK = 0xFFFFFFFF
+
+
+class ReleaseStep(Enum):
+    """What one release did: dropped a shared reference, started the return, or nothing (double)."""
+
+    SHARED = "shared"
+    LAST = "last"
+    DOUBLE = "double"
+
+
+class PoolCore:
+    """The state of every block of one pool. See the module docstring for the invariants."""
+
+    __slots__ = (
+        "_generation",
+        "_head",
+        "_ring",
+        "_ring_len",
+        "_state",
+        "double_releases",
+        "free_count",
+        "held",
+        "leaks",
+        "num_blocks",
+        "refcount",
+        "timeouts",
+        "waits",
+    )
+
+    def __init__(self, num_blocks: int, leaks: LeakTracker) -> None:
+        self.num_blocks = num_blocks
+        self._state = bytearray(num_blocks)  # all FREE
+        self.refcount = array("i", bytes(4 * num_blocks))
+        self._generation = array("I", bytes(4 * num_blocks))
+        self._ring = array("q", range(num_blocks))
+        self._head = 0
+        self._ring_len = num_blocks
+        self.free_count = num_blocks
+        self.held = 0
+        self.double_releases = 0
+        self.timeouts = 0
+        self.leaks = leaks
+        self.waits = WaitSamples()
+
+    # -- the hot path ---------------------------------------------------------------------
+
+    def take(self, now: float, holder: object) -> int:
+        """Pop the next free block and hand it out (ACQUIRED, refcount 1); -1 when none is free."""
+        if self._ring_len == 0:
+            return -1
+        block_id = self._ring[self._head]
+        self._head = (self._head + 1) % self.num_blocks
+        self._ring_len -= 1
+        self._cas(block_id, _FREE, _ACQUIRED, "acquire")
+        self.free_count -= 1
+        self.refcount[block_id] = 1
+        self._generation[block_id] = (self._generation[block_id] + 1) & _GENERATION_MASK
+        self.held += 1
+        self.leaks.on_acquire(block_id, now, holder)
+        return block_id
+
+    def mark_in_use(self, block_id: int, generation: int) -> None:
+        """ACQUIRED -> IN_USE, by the current tenant only."""
+        self._check_tenant(block_id, generation, "mark_in_use")
+        self._cas(block_id, _ACQUIRED, _IN_USE, "mark_in_use")
+
+    def retain(self, block_id: int, generation: int) -> None:
+        """One more reference to a held block (prefix sharing)."""
+        self._check_tenant(block_id, generation, "retain")
+        state = self._state[block_id]
+        if state not in (_ACQUIRED, _IN_USE) or self.refcount[block_id] < 1:
+            raise InvalidTransition(block_id, self.state_name(block_id), "retain", "only a held block can be shared")
+        self.refcount[block_id] += 1
+
+    def begin_release(self, block_id: int, generation: int, now: float) -> ReleaseStep:
+        """Drop one reference; the last one moves the block to RELEASING (reset comes next)."""
+        state = self._state[block_id]
+        if (
+            generation != self._generation[block_id]
+            or state not in (_ACQUIRED, _IN_USE)
+            or self.refcount[block_id] < 1
+        ):
+            self.double_releases += 1
+            return ReleaseStep.DOUBLE
+        self.refcount[block_id] -= 1
+        if self.refcount[block_id] > 0:
+            return ReleaseStep.SHARED
+        self._cas(block_id, state, _RELEASING, "release")
+        self.held -= 1
+        self.leaks.on_release(block_id, now)
+        return ReleaseStep.LAST
+
+    def finish_release(self, block_id: int) -> None:
+        """RELEASING -> FREE and offer: call only after the block's memory is reset."""
+        self._cas(block_id, _RELEASING, _FREE, "offer")
+        self._ring[(self._head + self._ring_len) % self.num_blocks] = block_id
+        self._ring_len += 1
+        self.free_count += 1
+
+    # -- reading --------------------------------------------------------------------------
+
+    def state(self, block_id: int) -> BlockState:
+        """The block's state now."""
+        return BlockState(self._state[block_id])
+
+    def state_name(self, block_id: int) -> str:
+        """The block's state as a name, for messages."""
+        return BlockState(self._state[block_id]).name
+
+    def generation(self, block_id: int) -> int:
+        """How many times the block has been handed out (mod 2**32)."""
+        return self._generation[block_id]
+
+    def free_ids(self) -> list[int]:
+        """The free ring's ids in queue order (a snapshot)."""
+        n, head, ring = self.num_blocks, self._head, self._ring
+        return [ring[(head + k) % n] for k in range(self._ring_len)]
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _cas(self, block_id: int, expected: int, new: int, attempted: str) -> None:
+        """Compare-and-set the state; atomic because the caller holds the pool's lock or loop."""
+        if self._state[block_id] != expected:
+            raise InvalidTransition(
+                block_id,
+                self.state_name(block_id),
+                f"{attempted} ({BlockState(expected).name} -> {BlockState(new).name})",
+            )
+        self._state[block_id] = new
+
+    def _check_tenant(self, block_id: int, generation: int, attempted: str) -> None:
+        if generation != self._generation[block_id]:
+            raise InvalidTransition(
+                block_id,
+                self.state_name(block_id),
+                attempted,
+                "stale handle: the block was released (and perhaps taken again) since",
+            )

@@ -1,0 +1,111 @@
+"""The threaded block pool: one lock, a condition for waiters, the reset done outside the lock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kvstress._errors import PoolExhausted
+from kvstress.pool._base import PoolBase
+from kvstress.pool._block import Block
+from kvstress.pool._core import ReleaseStep
+from kvstress.pool._validate import check_timeout
+
+
+class ThreadedBlockPool(PoolBase):
+    """A KV-cache block pool for threads. Implements the kvstress pool protocol.
+
+    ``acquire`` parks on a condition variable (no spinning) and is woken by each release; the
+    reset of a released block happens outside the lock but strictly before the block is
+    offered. The clock is ``time.monotonic``, looked up at call time so that a controlled run
+    can put a virtual clock in its place.
+    """
+
+    def _setup(self) -> None:
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)
+
+    def acquire(self, timeout: float | None = None) -> Block | None:
+        """Take a FREE block (ACQUIRED, refcount 1, zeroed); wait up to ``timeout`` seconds.
+
+        ``None`` waits without limit, ``0`` tries once. Returns None when the time is up.
+        """
+        timeout = check_timeout(timeout)
+        core, holder = self._core, threading.current_thread()
+        with self._lock:
+            now = time.monotonic()
+            block_id = core.take(now, holder)
+            if block_id >= 0:
+                core.waits.add(0.0)
+                return self._handed_out(block_id, now)
+            if timeout == 0:
+                core.timeouts += 1
+                return None
+            return self._wait_for_block(now, timeout, holder)
+
+    def _wait_for_block(self, start: float, timeout: float | None, holder: object) -> Block | None:
+        # Called with the lock held. A notification can be lost to a waiter whose wait has
+        # just timed out; every waiter therefore looks at the queue after each wake-up,
+        # deadline or not, so a block that is free is never left behind.
+        core = self._core
+        deadline = None if timeout is None else start + timeout
+        while True:
+            if deadline is None:
+                self._not_empty.wait()
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    core.timeouts += 1
+                    core.waits.add(time.monotonic() - start)
+                    return None
+                self._not_empty.wait(remaining)
+            now = time.monotonic()
+            block_id = core.take(now, holder)
+            if block_id >= 0:
+                core.waits.add(now - start)
+                return self._handed_out(block_id, now)
+
+    def _handed_out(self, block_id: int, now: float) -> Block:
+        if self._core.leaks.threshold is not None:
+            self._core.leaks.scan(now)
+        return self._handle(block_id)
+
+    def release(self, block: Block) -> bool:
+        """Drop one reference; the last one resets the block and returns it to the queue.
+
+        Returns True only when this call returned the block. A release of a block that is not
+        held (double release, or a stale handle) changes nothing, is counted, logged at
+        WARNING, and returns False.
+        """
+        block_id, generation = self._unwrap(block)
+        with self._lock:
+            step = self._core.begin_release(block_id, generation, time.monotonic())
+        if step is ReleaseStep.DOUBLE:
+            self._log_double_release(block_id)
+            return False
+        if step is ReleaseStep.SHARED:
+            return False
+        self._storage.reset(block_id)  # strictly before the offer below
+        with self._lock:
+            self._core.finish_release(block_id)
+            self._not_empty.notify()
+        return True
+
+    @contextmanager
+    def block(self, timeout: float | None = None) -> Iterator[Block]:
+        """``with pool.block(timeout) as b:`` acquires, and always releases, exceptions included.
+
+        Raises PoolExhausted when no block comes within ``timeout``.
+        """
+        acquired = self.acquire(timeout)
+        if acquired is None:
+            raise PoolExhausted(f"no free block within {timeout} s ({self.num_blocks} blocks, all held)")
+        try:
+            yield acquired
+        finally:
+            self.release(acquired)
+
+    def _now(self) -> float:
+        return time.monotonic()

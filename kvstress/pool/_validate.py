@@ -1,0 +1,78 @@
+"""Argument checks shared by the pools: each error names the argument, what was expected and what came."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+
+def _got(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def check_num_blocks(num_blocks: object) -> int:
+    """A positive int (bool refused)."""
+    if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+        raise ValueError(f"num_blocks must be an int >= 1, got {_got(num_blocks)}")
+    return num_blocks
+
+
+def check_block_shape(block_shape: object) -> tuple[int, ...]:
+    """A non-empty sequence of positive ints."""
+    if isinstance(block_shape, int) and not isinstance(block_shape, bool):
+        block_shape = (block_shape,)
+    if not isinstance(block_shape, Sequence) or isinstance(block_shape, str) or not block_shape:
+        raise ValueError(f"block_shape must be a non-empty sequence of ints >= 1, got {_got(block_shape)}")
+    dims = tuple(block_shape)
+    for dim in dims:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"block_shape must hold ints >= 1, got {_got(dims)}")
+    return dims
+
+
+def check_dtype(dtype: object) -> torch.dtype:
+    """A torch dtype."""
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype must be a torch.dtype, got {_got(dtype)}")
+    return dtype
+
+
+def resolve_device(device: object) -> torch.device:
+    """None means CUDA when available, else CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)  # type: ignore[call-overload]
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must name a torch device, got {_got(device)}") from exc
+
+
+def check_timeout(timeout: object) -> float | None:
+    """None (wait without limit) or a finite number of seconds >= 0."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ValueError(f"timeout must be None or seconds >= 0, got {_got(timeout)}")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be None or seconds >= 0, got {_got(timeout)}")
+    return float(timeout)
+
+
+def check_positive_or_none(name: str, value: object) -> float | None:
+    """None, or a finite number > 0 (thresholds and intervals)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be None or a number > 0, got {_got(value)}")
+    if math.isinf(value):
+        raise ValueError(f"{name} must be finite, got {_got(value)}")
+    return float(value)
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """An int >= 1 (bool refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {_got(value)}")
+    return value
