@@ -98,7 +98,9 @@ class PoolCore:
         self._check_tenant(block_id, generation, "retain")
         state = self._state[block_id]
         if state not in (_ACQUIRED, _IN_USE) or self.refcount[block_id] < 1:
-            raise InvalidTransition(block_id, self.state_name(block_id), "retain", "only a held block can be shared")
+            raise InvalidTransition(
+                block_id, self.state_name(block_id), "retain", "only a held block can be shared"
+            )
         self.refcount[block_id] += 1
 
     def begin_release(self, block_id: int, generation: int, now: float) -> ReleaseStep:

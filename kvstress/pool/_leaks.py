@@ -49,13 +49,13 @@ class LeakTracker:
         "_holder",
         "_reported",
         "_stack",
+        "_tick",
         "_watch",
         "level",
         "returned_count",
         "sample_rate",
         "suspect_count",
         "threshold",
-        "_tick",
     )
 
     def __init__(self, level: LeakDetection, sample_rate: int, threshold: float | None) -> None:
@@ -110,7 +110,9 @@ class LeakTracker:
             self._reported.add(block_id)
             self.suspect_count += 1
             suspect = LeakSuspect(
-                block_id, describe_holder(self._holder.get(block_id)), held_for,
+                block_id,
+                describe_holder(self._holder.get(block_id)),
+                held_for,
                 self._stack.get(block_id),
             )
             found.append(suspect)

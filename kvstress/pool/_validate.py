@@ -44,7 +44,8 @@ def resolve_device(device: object) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)  # type: ignore[call-overload]
+        resolved: torch.device = torch.device(device)  # type: ignore[call-overload]
+        return resolved
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"device must name a torch device, got {_got(device)}") from exc
 
