@@ -1,0 +1,35 @@
+"""Block contents: fresh blocks are all zeros (dirty-read); a holder's canary survives (shared-block)."""
+
+from __future__ import annotations
+
+import torch
+
+from kvstress._violation import InvariantViolation
+
+
+def check_zeroed(block_id: int, data: torch.Tensor) -> None:
+    """Every element of a freshly acquired block is zero; a partial reset is caught too."""
+    flat = data.detach().reshape(-1)
+    nonzero = torch.nonzero(flat != 0)
+    if nonzero.numel() == 0:
+        return
+    first = int(nonzero[0, 0])
+    raise InvariantViolation(
+        "dirty-read",
+        f"block {block_id} came out of acquire with {nonzero.shape[0]} of {flat.numel()} elements "
+        f"not zero (first at flat index {first}: {flat[first].item()!r}): stale K/V from an earlier holder",
+    )
+
+
+def check_canary(block_id: int, data: torch.Tensor, canary: float, holder: str) -> None:
+    """The value ``holder`` wrote over the whole block is still there, element for element."""
+    flat = data.detach().reshape(-1)
+    wrong = torch.nonzero(flat != canary)
+    if wrong.numel() == 0:
+        return
+    first = int(wrong[0, 0])
+    raise InvariantViolation(
+        "shared-block",
+        f"block {block_id}: {wrong.shape[0]} of {flat.numel()} elements of {holder}'s canary {canary!r} "
+        f"were overwritten (first at flat index {first}: {flat[first].item()!r}) while {holder} held it",
+    )

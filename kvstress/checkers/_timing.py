@@ -1,0 +1,101 @@
+"""Timing: acquire never gives up early nor returns late, parks instead of spinning, and wakes up.
+
+On real time these checks allow a slack for the OS and the event loop (measured on a loaded
+2-core machine: see TimingPolicy); under a virtual clock the slack can be zero and they are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvstress._violation import InvariantViolation
+
+
+@dataclass(frozen=True, slots=True)
+class TimingPolicy:
+    """Tolerances of the timing checks, in seconds unless named otherwise.
+
+    - ``slack``: lateness the OS scheduler or event loop may add on top of a pool's backoff bound.
+    - ``early_tolerance`` + ``early_ratio`` x timeout: clock granularity allowed before a None
+      counts as early (pools may read another clock than the harness).
+    - ``default_backoff_bound``: assumed for a pool that declares no ``backoff_bound``.
+    - ``busy_cpu_ratio``: thread CPU seconds per second waited above which a wait is spinning;
+      ``busy_suspensions_per_s``: the same for async waits, in suspensions per second;
+      waits shorter than ``busy_min_wait`` are not judged.
+    - ``hang_bound``: how long past its own timeout an operation may take before it is a hang.
+    """
+
+    slack: float = 0.25
+    early_tolerance: float = 0.001
+    early_ratio: float = 0.01
+    default_backoff_bound: float = 0.05
+    busy_cpu_ratio: float = 0.3
+    busy_suspensions_per_s: float = 200.0
+    busy_min_wait: float = 0.02
+    hang_bound: float = 5.0
+
+    def backoff_bound_of(self, pool: object) -> float:
+        """The pool's declared ``backoff_bound``, or the default when it declares none."""
+        declared = getattr(pool, "backoff_bound", None)
+        if isinstance(declared, int | float) and not isinstance(declared, bool) and declared >= 0:
+            return float(declared)
+        return self.default_backoff_bound
+
+
+def check_timeout(
+    timeout: float | None, got_block: bool, elapsed: float, backoff_bound: float, policy: TimingPolicy
+) -> None:
+    """A None comes no earlier than the timeout; no answer comes later than deadline + bound + slack."""
+    if timeout is None:
+        return
+    if not got_block and elapsed < timeout - policy.early_tolerance - policy.early_ratio * timeout:
+        raise InvariantViolation(
+            "timeout-early",
+            f"acquire(timeout={timeout:g}) returned None after {elapsed:.6f} s, before its timeout",
+        )
+    limit = timeout + backoff_bound + policy.slack
+    if elapsed > limit:
+        raise InvariantViolation(
+            "timeout-late",
+            f"acquire(timeout={timeout:g}) returned after {elapsed:.6f} s, past its deadline plus "
+            f"backoff bound {backoff_bound:g} s and slack {policy.slack:g} s",
+        )
+
+
+def check_parking(
+    elapsed: float, cpu_s: float | None, suspensions: int | None, policy: TimingPolicy
+) -> None:
+    """A waiting acquire parks: little CPU per second waited, few loop wake-ups per second."""
+    if elapsed < policy.busy_min_wait:
+        return
+    if cpu_s is not None and cpu_s / elapsed > policy.busy_cpu_ratio:
+        raise InvariantViolation(
+            "busy-wait",
+            f"a waiting acquire burned {cpu_s:.4f} CPU s in {elapsed:.4f} s "
+            f"({cpu_s / elapsed:.0%} of a core, threshold {policy.busy_cpu_ratio:.0%})",
+        )
+    if suspensions is not None and suspensions / elapsed > policy.busy_suspensions_per_s:
+        raise InvariantViolation(
+            "busy-wait",
+            f"a waiting acquire woke the event loop {suspensions} times in {elapsed:.4f} s "
+            f"({suspensions / elapsed:.0f}/s, threshold {policy.busy_suspensions_per_s:.0f}/s)",
+        )
+
+
+def check_woken(
+    got_block: bool, waited_after_free: float, backoff_bound: float, policy: TimingPolicy
+) -> None:
+    """A waiter gets a block that became free within the backoff bound plus slack."""
+    limit = backoff_bound + policy.slack
+    if not got_block:
+        raise InvariantViolation(
+            "lost-wakeup",
+            f"a waiter timed out {waited_after_free:.4f} s after a block became free "
+            f"(allowed: backoff bound {backoff_bound:g} s + slack {policy.slack:g} s)",
+        )
+    if waited_after_free > limit:
+        raise InvariantViolation(
+            "lost-wakeup",
+            f"a waiter got its block {waited_after_free:.4f} s after it became free "
+            f"(allowed: backoff bound {backoff_bound:g} s + slack {policy.slack:g} s)",
+        )

@@ -1,0 +1,162 @@
+"""Where the pool's code runs during a check: a daemon thread per holder, or one event loop thread.
+
+The harness itself never waits without a bound: every call goes to another thread and is waited
+for with a timeout. A call that overruns is reported as a hang and its thread is abandoned
+(daemon threads never keep the process alive).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+
+T = TypeVar("T")
+
+
+class CallHung(Exception):
+    """A call did not finish within its bound; the thread that ran it is abandoned."""
+
+
+def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never really suspends (the threaded flavour's ops) on this thread."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("a threaded-pool operation suspended; it must not await anything")
+
+
+class ThreadWorker:
+    """A daemon thread that runs one holder's calls, one at a time, in order."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.stuck = False
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=f"kvstress-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Queue ``fn`` to run on this worker's thread."""
+        future: Future[T] = Future()
+        self._jobs.put((fn, future))
+        return future
+
+    def call(self, fn: Callable[[], T], bound: float) -> T:
+        """Run ``fn`` on the worker and wait at most ``bound`` seconds; CallHung past that."""
+        if self.stuck:
+            raise CallHung(f"worker {self.name} is stuck in an earlier call")
+        future = self.submit(fn)
+        try:
+            return future.result(timeout=bound)
+        except FutureTimeout:
+            self.stuck = True
+            raise CallHung(f"{self.name}: no return within {bound:.3g} s") from None
+
+    def close(self) -> None:
+        """Let the thread end once its queue is empty (a stuck thread is simply left behind)."""
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the waiting caller, never lost
+                future.set_exception(exc)
+
+
+class LoopThread:
+    """An anyio event loop (asyncio or trio) in a daemon thread, alive for a whole example."""
+
+    def __init__(self, backend: str, backend_options: dict[str, Any] | None = None) -> None:
+        self.backend = backend
+        self.stuck = False
+        self._ready = threading.Event()
+        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._serve, args=(backend_options or {},), name=f"kvstress-{backend}", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError(f"the {backend} event loop did not start")
+        if self._error is not None:
+            raise ValueError(f"backend {backend!r} cannot start: {self._error}") from self._error
+
+    def call(self, fn: Callable[[], Awaitable[T] | T], bound: float) -> T:
+        """Run ``fn`` (sync, or async and awaited) as a task in the loop; CallHung past ``bound``."""
+        if self.stuck or self._portal is None:
+            raise CallHung("the event loop is stuck in an earlier call")
+        future: Future[T] = self._portal.start_task_soon(self._as_task, fn)
+        try:
+            return future.result(timeout=bound)
+        except FutureTimeout:
+            future.cancel()  # cancels the task, if the loop still runs
+            try:
+                future.result(timeout=0.5)
+            except BaseException:
+                pass
+            self.stuck = True
+            raise CallHung(f"{self.backend} task: no return within {bound:.3g} s") from None
+
+    def close(self) -> None:
+        """Stop the loop (unless it is stuck, in which case its thread is abandoned)."""
+        if self._portal is not None and not self.stuck:
+            try:
+                self._portal.call(self._portal.stop)
+            except Exception:  # the loop is already gone
+                pass
+            self._thread.join(5)
+
+    @staticmethod
+    async def _as_task(fn: Callable[[], Awaitable[T] | T]) -> T:
+        result = fn()
+        if isinstance(result, Awaitable):
+            return await result  # type: ignore[no-any-return]
+        return result
+
+    def _serve(self, backend_options: dict[str, Any]) -> None:
+        async def serve() -> None:
+            async with anyio.from_thread.BlockingPortal() as portal:
+                self._portal = portal
+                self._ready.set()
+                await portal.sleep_until_stopped()
+
+        try:
+            anyio.run(serve, backend=self.backend, backend_options=backend_options)
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+
+
+class Suspensions:
+    """Wraps a coroutine and counts how often it suspends (to tell parking from spinning)."""
+
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+        self._coro = coro
+        self.count = 0
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value, error = self._coro, None, None
+        while True:
+            try:
+                yielded = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as done:
+                return done.value
+            self.count += 1
+            value, error = None, None
+            try:
+                value = yield yielded
+            except BaseException as exc:  # cancellation and the like go to the pool's code
+                error = exc

@@ -1,0 +1,204 @@
+"""The Hypothesis state machine that drives any pool through the protocol, checking every step.
+
+Rules act for named holders on references (``Ref``) held in a bundle, so a failing run prints a
+program of ``state.acquire(...)`` / ``state.release(ref=blocks_0)`` lines that replays exactly.
+The same machine serves threaded and async pools: the driver runs an async pool on an anyio
+event loop (asyncio or trio) that lives for the whole example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
+
+from kvstress.checkers import TimingPolicy
+from kvstress.harness._driver import PoolDriver
+from kvstress.machines._strategies import batches, holders, timeouts
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One reference to one tenancy of a block, held by ``holder``."""
+
+    holder: str
+    block: int
+    tenancy: int
+
+
+@dataclass(frozen=True)
+class MachineOptions:
+    """How the machine builds and drives the pool."""
+
+    num_blocks: int = 4
+    block_shape: tuple[int, ...] = (2, 4)
+    dtype: torch.dtype = torch.float32
+    device: str | None = None
+    backend: str = "asyncio"
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
+    batches: bool = True
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Drives ``factory``'s pool against the harness's ledger; see kvstress.pool_machine."""
+
+    factory: ClassVar[Callable[..., Any]]
+    options: ClassVar[MachineOptions] = MachineOptions()
+
+    blocks = Bundle("blocks")
+    retired = Bundle("retired")
+
+    def __init__(self) -> None:
+        super().__init__()
+        o = self.options
+        self.driver = PoolDriver(
+            type(self).factory,
+            num_blocks=o.num_blocks,
+            block_shape=o.block_shape,
+            dtype=o.dtype,
+            device=o.device,
+            backend=o.backend,
+            backend_options=dict(o.backend_options),
+            timing=o.timing,
+        )
+
+    # -- rules ---------------------------------------------------------------------------------
+
+    @rule(target=blocks, holder=holders, timeout=timeouts)
+    def acquire(self, holder: str, timeout: float) -> Any:
+        block_id = self.driver.acquire(holder, timeout)
+        if block_id is None:
+            return multiple()
+        return Ref(holder, block_id, self.driver.ledger.open[block_id].number)
+
+    @rule(ref=blocks)
+    def mark_in_use(self, ref: Ref) -> None:
+        tenancy = self._tenancy(ref)
+        if tenancy is not None and not tenancy.marked:
+            self.driver.mark_in_use(ref.holder, ref.block)
+
+    @rule(ref=blocks)
+    def write_canary(self, ref: Ref) -> None:
+        tenancy = self._tenancy(ref)
+        if tenancy is not None and tenancy.marked:
+            self.driver.write_canary(ref.holder, ref.block)
+
+    @rule(ref=blocks)
+    def verify_canary(self, ref: Ref) -> None:
+        if self._tenancy(ref) is not None:
+            self.driver.verify_canary(ref.holder, ref.block)
+
+    @rule(target=blocks, ref=blocks, to=holders)
+    def share(self, ref: Ref, to: str) -> Any:
+        if self._tenancy(ref) is None:
+            return multiple()
+        self.driver.share(ref.holder, ref.block, to)
+        return Ref(to, ref.block, ref.tenancy)
+
+    @rule(target=retired, ref=consumes(blocks))
+    def release(self, ref: Ref) -> Any:
+        if self._tenancy(ref) is None:
+            return multiple()
+        self.driver.release(ref.holder, ref.block)
+        return ref if ref.block not in self.driver.ledger.open else multiple()
+
+    @rule(ref=retired)
+    def double_release(self, ref: Ref) -> None:
+        if ref.block not in self.driver.ledger.open:
+            self.driver.double_release(ref.holder, ref.block)
+
+    @rule(ref=retired, operation=st.sampled_from(("retain", "mark_in_use")))
+    def misuse(self, ref: Ref, operation: str) -> None:
+        if ref.block not in self.driver.ledger.open:
+            self.driver.misuse(ref.holder, ref.block, operation)
+
+    @rule(target=blocks, ref=consumes(blocks), waiter=holders)
+    def waiter_woken_by_release(self, ref: Ref, waiter: str) -> Any:
+        tenancy = self._tenancy(ref)
+        if tenancy is None:
+            return multiple()
+        exhausted = len(self.driver.ledger.open) == self.driver.num_blocks
+        if not exhausted or tenancy.total_refs != 1 or waiter == ref.holder:
+            return ref  # not applicable (a holder cannot wait and release at once): keep it
+        self.driver.probe_wakeup(waiter, ref.holder, ref.block)
+        (block_id,) = self.driver.ledger.held_by(waiter)[-1:]
+        return Ref(waiter, block_id, self.driver.ledger.open[block_id].number)
+
+    @rule(programs=batches())
+    def concurrent_batch(self, programs: list[list[tuple[str, Any]]]) -> None:
+        if self.options.batches:
+            self.driver.run_batch(programs)
+
+    # -- checks --------------------------------------------------------------------------------
+
+    @invariant()
+    def pool_is_consistent(self) -> None:
+        self.driver.check_quiet()
+
+    def teardown(self) -> None:
+        try:
+            if not self.driver.failed:
+                self.driver.drain()
+        finally:
+            self.driver.close()
+
+    def _tenancy(self, ref: Ref) -> Any:
+        tenancy = self.driver.ledger.open.get(ref.block)
+        if tenancy is None or tenancy.number != ref.tenancy or ref.holder not in tenancy.refs:
+            return None
+        return tenancy
+
+
+DEFAULT_SETTINGS = settings(
+    max_examples=100,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+def pool_machine(
+    factory: Callable[..., Any],
+    *,
+    num_blocks: int = 4,
+    block_shape: tuple[int, ...] = (2, 4),
+    dtype: torch.dtype = torch.float32,
+    device: str | None = None,
+    backend: str = "asyncio",
+    backend_options: dict[str, Any] | None = None,
+    timing: TimingPolicy | None = None,
+    batches: bool = True,
+    settings: settings | None = None,
+) -> type[PoolMachine]:
+    """A state machine class for ``factory``'s pool: ``TestMyPool = pool_machine(MyPool).TestCase``.
+
+    ``factory`` is any pool class or callable with the protocol's constructor; threaded or async
+    is told from the pool. ``backend`` picks asyncio or trio for async pools. ``settings``
+    replaces the default Hypothesis settings of the generated TestCase.
+    """
+    if not callable(factory):
+        raise ValueError(f"factory must be a pool class or callable, got {factory!r}")
+    options = MachineOptions(
+        num_blocks=num_blocks,
+        block_shape=tuple(block_shape),
+        dtype=dtype,
+        device=device,
+        backend=backend,
+        backend_options=dict(backend_options or {}),
+        timing=timing or TimingPolicy(),
+        batches=batches,
+    )
+    name = getattr(factory, "__name__", "Pool")
+    machine = type(
+        f"{name}Machine",
+        (PoolMachine,),
+        {"factory": staticmethod(factory), "options": options, "__module__": PoolMachine.__module__},
+    )
+    machine.TestCase.settings = settings or DEFAULT_SETTINGS
+    return machine
