@@ -1,0 +1,3 @@
+"""The ``kvstress`` command line: one module per subcommand."""
+
+from kvstress.cli._main import main as main

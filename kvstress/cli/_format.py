@@ -1,0 +1,28 @@
+"""Plain-text rendering shared by the commands: byte sizes in binary units, aligned tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(size: int) -> str:
+    """``size`` bytes in the largest binary unit that keeps it >= 1, one decimal: ``8.0 MiB``."""
+    value, index = float(size), 0
+    while abs(value) >= 1024 and index < len(_UNITS) - 1:
+        value /= 1024
+        index += 1
+    return f"{size} B" if index == 0 else f"{value:.1f} {_UNITS[index]}"
+
+
+def gib(size: int) -> str:
+    """``size`` bytes in GiB, two decimals: ``96.00 GiB``."""
+    return f"{size / (1 << 30):.2f} GiB"
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows as left-aligned columns two spaces apart, with no trailing spaces."""
+    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(map(len, rows)))]
+    lines = ("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) for row in rows)
+    return "\n".join(line.rstrip() for line in lines)

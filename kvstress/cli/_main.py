@@ -1,0 +1,78 @@
+"""The entry point: build the parser from the subcommand modules, run one, map errors to statuses.
+
+Exit statuses: 0 done, 2 bad input (one ``kvstress: error:`` line on stderr, never a
+traceback), 130 interrupted. A subcommand is one module with ``add_parser`` and ``run``,
+listed in ``_COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import metadata
+from typing import Protocol
+
+import kvstress
+from kvstress.cli import _plan
+from kvstress.cli._parser import Parser, ParserExit, UsageError
+
+_PROG = "kvstress"
+
+
+class Command(Protocol):
+    """A subcommand module: registers its parser (with ``run`` as a default) and runs."""
+
+    def add_parser(self, subparsers: argparse._SubParsersAction[Parser]) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+_COMMANDS: tuple[Command, ...] = (_plan,)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        status: int = args.run(args)
+        return status
+    except ParserExit as exc:
+        return exc.status
+    except (UsageError, ValueError) as exc:
+        # ValueError is how the API reports misuse; its message already names the argument.
+        _say(f"error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+
+
+def build_parser() -> Parser:
+    """The top-level parser with every subcommand registered."""
+    parser = Parser(
+        prog=_PROG,
+        description="Prove a KV-cache block pool correct under concurrency, and size one.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"{_PROG} {_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for command in _COMMANDS:
+        command.add_parser(subparsers)
+    return parser
+
+
+def _say(message: str) -> None:
+    # One line, whatever the message holds, so scripts can read stderr line by line.
+    print(f"{_PROG}: {' '.join(message.splitlines())}", file=sys.stderr)
+
+
+def _version() -> str:
+    try:
+        return metadata.version(_PROG)
+    except metadata.PackageNotFoundError:
+        # Run from a checkout that was never installed.
+        return kvstress.__version__

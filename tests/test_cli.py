@@ -1,0 +1,189 @@
+"""The command line: `kvstress plan`, its output, and how bad input and interrupts exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvstress
+from kvstress.capacity import list_cards
+from kvstress.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA2 = ["plan", "--model", "llama-2-7b", "--concurrency", "64", "--seq-len", "2048"]
+
+
+@pytest.fixture(autouse=True)
+def _no_user_cards(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KVSTRESS_MODELS", raising=False)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m kvstress ARGS` on this checkout, as a user would."""
+    env = {key: value for key, value in os.environ.items() if key != "KVSTRESS_MODELS"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "kvstress", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["plan", "--concurrency", "4", "--seq-len", "8"], "--model"),
+        (["plan", "--model", "tiny"], "--concurrency, --seq-len"),
+        (["plan", "--model", "nope", "--concurrency", "4", "--seq-len", "8"], "'nope'"),
+        (["plan", "--model", "tiny", "--concurrency", "0", "--seq-len", "8"], "concurrency"),
+        (["plan", "--model", "tiny", "--concurrency", "4", "--seq-len", "-8"], "seq_len"),
+        (["plan", "--model", "tiny", "--concurrency", "x", "--seq-len", "8"], "--concurrency"),
+        (["plan", "--model", "tiny", "--concurrency", "4", "--seq-len", "8", "--frag", "-0.1"], "frag"),
+        (
+            ["plan", "--model", "tiny", "--concurrency", "4", "--seq-len", "8", "--device-memory", "0"],
+            "device",
+        ),
+        (["plan", "--model", "tiny", "--concurrency", "4", "--seq-len", "8", "--bogus"], "--bogus"),
+    ],
+)
+def test_bad_input_exits_2_with_one_error_line(args: list[str], says: str) -> None:
+    """Bad input exits 2 with exactly one `kvstress: error:` line naming the problem, no traceback."""
+    done = _cli(*args)
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("kvstress: error: ")
+    assert says in lines[0]
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_json_output_is_one_object_with_the_plan() -> None:
+    """`plan --json` prints only a JSON object with the known Llama-2 answer."""
+    done = _cli(*LLAMA2, "--json")
+    assert (done.returncode, done.stderr) == (0, "")
+    data = json.loads(done.stdout)
+    assert data["bytes_per_token"] == 524288
+    assert data["block_bytes"] == 8388608
+    assert (data["n_min"], data["n_pool"]) == (8192, 12288)
+    assert data["pool_bytes"] == 96 << 30
+    assert (data["model"], data["concurrency"], data["seq_len"]) == ("llama-2-7b", 64, 2048)
+    assert (data["block_tokens"], data["frag"], data["burst"]) == (16, 0.2, 0.25)
+
+
+def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvstress` alone prints the help, listing plan, and exits 2."""
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("usage: kvstress")
+    assert "plan" in out
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvstress plan --help` prints the plan options and exits 0."""
+    assert main(["plan", "--help"]) == 0
+    assert "--device-memory" in capsys.readouterr().out
+
+
+def test_version_prints_the_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvstress --version` prints `kvstress <version>` and exits 0."""
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"kvstress {kvstress.__version__}"
+
+
+def test_human_output_is_a_table_of_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    """The human output shows block size in MiB, N_min, N_pool, the split and the pool in GiB."""
+    assert main(LLAMA2) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "8.0 MiB" in out
+    assert "8,192 blocks" in out
+    assert "12,288 blocks" in out
+    assert "9,831 / 2,457 blocks" in out
+    assert "96.00 GiB" in out
+    assert not any(line.startswith("fits") for line in lines)
+    # Labels hold single spaces only, so the first double space ends the label column.
+    value_columns = {len(line) - len(line.split("  ", 1)[1].lstrip()) for line in lines}
+    assert len(value_columns) == 1
+
+
+def test_device_memory_adds_the_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    """With --device-memory 80 the table says the pool does not fit and 53 requests would."""
+    assert main([*LLAMA2, "--device-memory", "80"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("fits") and line.split()[1] == "no" for line in lines)
+    assert any(line.startswith("max concurrency") and "53" in line for line in lines)
+
+
+def test_list_shows_every_model_with_its_geometry(capsys: pytest.CaptureFixture[str]) -> None:
+    """`plan --list` prints a header and one row per card, with its KV heads and dtype."""
+    assert main(["plan", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "model",
+        "layers",
+        "heads",
+        "kv_heads",
+        "head_dim",
+        "dtype",
+        "max_context",
+        "bytes/token",
+    ]
+    assert [line.split()[0] for line in lines[1:]] == list_cards()
+    llama3 = next(line.split() for line in lines if line.startswith("llama-3-8b"))
+    assert llama3[1:6] == ["32", "32", "8", "128", "bfloat16"]
+
+
+def test_list_json_is_a_list_of_cards(capsys: pytest.CaptureFixture[str]) -> None:
+    """`plan --list --json` prints the cards as JSON objects with bytes_per_token."""
+    assert main(["plan", "--list", "--json"]) == 0
+    cards = json.loads(capsys.readouterr().out)
+    assert [card["name"] for card in cards] == list_cards()
+    assert {card["name"]: card["bytes_per_token"] for card in cards}["llama-3-8b"] == 131072
+
+
+def test_malformed_user_card_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broken card in KVSTRESS_MODELS exits 2 with one line naming the file and the field."""
+    (tmp_path / "bad.toml").write_text('name = "bad"\nlayers = 0\n')
+    monkeypatch.setenv("KVSTRESS_MODELS", str(tmp_path))
+    assert main(["plan", "--model", "bad", "--concurrency", "1", "--seq-len", "1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert "bad.toml" in err[0] and "missing field" in err[0]
+
+
+def test_interrupt_exits_130_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A KeyboardInterrupt during a command exits 130 with one `kvstress: interrupted` line."""
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("kvstress.cli._plan.plan", interrupted)
+    assert main(LLAMA2) == 130
+    assert capsys.readouterr().err == "kvstress: interrupted\n"
+
+
+def test_multi_line_error_is_printed_on_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ValueError whose message spans lines still gives exactly one stderr line."""
+
+    def refuses(*args: object, **kwargs: object) -> None:
+        raise ValueError("first\nsecond")
+
+    monkeypatch.setattr("kvstress.cli._plan.plan", refuses)
+    assert main(LLAMA2) == 2
+    assert capsys.readouterr().err == "kvstress: error: first second\n"
