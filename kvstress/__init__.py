@@ -5,6 +5,21 @@ This module only re-exports the public API; everything is defined in private mod
 
 from kvstress._errors import InvalidTransition as InvalidTransition
 from kvstress._errors import PoolExhausted as PoolExhausted
+from kvstress._violation import INVARIANTS as INVARIANTS
+from kvstress._violation import BlockRecord as BlockRecord
+from kvstress._violation import InvariantViolation as InvariantViolation
+from kvstress._violation import Operation as Operation
+from kvstress.capacity import CapacityPlan as CapacityPlan
+from kvstress.capacity import ModelCard as ModelCard
+from kvstress.capacity import list_cards as list_cards
+from kvstress.capacity import load_card as load_card
+from kvstress.capacity import plan as plan
+from kvstress.capacity import pool_for_model as pool_for_model
+from kvstress.checkers import TimingPolicy as TimingPolicy
+from kvstress.harness import PoolDriver as PoolDriver
+from kvstress.harness import PoolSetupError as PoolSetupError
+from kvstress.machines import PoolMachine as PoolMachine
+from kvstress.machines import pool_machine as pool_machine
 from kvstress.pool import AsyncBlockPool as AsyncBlockPool
 from kvstress.pool import Block as Block
 from kvstress.pool import BlockInfo as BlockInfo

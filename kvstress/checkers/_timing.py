@@ -62,9 +62,7 @@ def check_timeout(
         )
 
 
-def check_parking(
-    elapsed: float, cpu_s: float | None, suspensions: int | None, policy: TimingPolicy
-) -> None:
+def check_parking(elapsed: float, cpu_s: float | None, suspensions: int | None, policy: TimingPolicy) -> None:
     """A waiting acquire parks: little CPU per second waited, few loop wake-ups per second."""
     if elapsed < policy.busy_min_wait:
         return

@@ -9,6 +9,7 @@ harness.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import time
@@ -20,11 +21,12 @@ import anyio
 import torch
 
 from kvstress import checkers
+from kvstress._violation import BlockRecord, InvariantViolation
 from kvstress.checkers import TimingPolicy
+from kvstress.harness._cpu import gc_wall_seconds, thread_cpu_without_gc, watch_gc
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import CallHung, LoopThread, Suspensions, ThreadWorker, run_to_completion
-from kvstress._violation import BlockRecord, InvariantViolation
 from kvstress.pool._state import BlockState
 from kvstress.pool._validate import check_block_shape, check_dtype, check_num_blocks
 
@@ -65,11 +67,14 @@ class PoolDriver:
         self.block_shape = check_block_shape(block_shape)
         self.timing = timing or TimingPolicy()
         self.backend = backend
+        self.virtual_time = bool(backend_options and "clock" in backend_options)
+        watch_gc()
         self.history = History()
         self.ledger = Ledger(self.num_blocks)
         self.sequential = True
         self.failed = False
         self._workers: dict[str, ThreadWorker] = {}
+        self._scopes: dict[str, Any] = {}
         self.loop: LoopThread | None = None
         args = (self.num_blocks, self.block_shape)
         kwargs = {"dtype": check_dtype(dtype), "device": device}
@@ -121,15 +126,18 @@ class PoolDriver:
         """The consistency and conservation checks, with no operation in flight."""
         self._dispatch("harness", self.op_check_quiet, self._bound(0))
 
-    def probe_wakeup(self, waiter: str, releaser: str, block_id: int) -> None:
+    def probe_wakeup(self, waiter: str, releaser: str, block_id: int, cancel: bool = False) -> int | None:
         """A waiter parks on an exhausted pool; ``releaser`` frees the last reference to a block;
-        the waiter must get a block within the backoff bound plus slack."""
+        the waiter must get a block within the backoff bound plus slack. With ``cancel`` (async
+        pools), the waiter is cancelled right after the release wakes it."""
         patience = self.backoff_bound + 2 * self.timing.slack + 0.2
         bound = self._bound(patience) + self.timing.hang_bound
         self.sequential = False
         try:
-            self._dispatch(
-                "harness", lambda: self.op_probe_wakeup(waiter, releaser, block_id, patience), bound
+            return self._dispatch(
+                "harness",
+                lambda: self.op_probe_wakeup(waiter, releaser, block_id, patience, cancel),
+                bound,
             )
         finally:
             self.sequential = True
@@ -161,9 +169,9 @@ class PoolDriver:
                 while holder in self.ledger.holders_of(block_id):
                     self.release(holder, block_id)
         taken = [self.acquire("drain", 0) for _ in range(self.num_blocks + 1)]
-        for block_id in taken:
-            if block_id is not None:
-                self.release("drain", block_id)
+        for got in taken:
+            if got is not None:
+                self.release("drain", got)
         self.check_quiet()
 
     def close(self) -> None:
@@ -178,9 +186,10 @@ class PoolDriver:
     async def op_acquire(self, holder: str, timeout: float | None) -> int | None:
         """acquire, then: a valid id nobody holds, ACQUIRED, refcount 1, zeros, timing."""
         index = self.history.begin(holder, "acquire", {"timeout": timeout}, self._now())
-        cpu0, start = self._cpu(), self._now()
+        cpu0, start, gc0 = self._cpu(), self._now(), gc_wall_seconds()
         block, suspensions = await self._call(index, "acquire", self.pool.acquire, timeout, count=True)
         elapsed, cpu = self._now() - start, self._cpu_since(cpu0)
+        elapsed -= self._gc_since(gc0)
         observed: dict[str, Any] = {"elapsed_s": elapsed}
         if block is None:
             self.history.end(index, self._now(), "info", None, observed)
@@ -203,7 +212,7 @@ class PoolDriver:
         checkers.check_fresh_state(block_id, BlockState[observed["state"]], observed["refcount"])
         checkers.check_timeout(timeout, True, elapsed, self.backoff_bound, self.timing)
         checkers.check_parking(elapsed, cpu, suspensions, self.timing)
-        return block_id
+        return int(block_id)
 
     async def op_mark(self, holder: str, block_id: int) -> None:
         """mark_in_use, then: IN_USE."""
@@ -300,55 +309,98 @@ class PoolDriver:
             expected = BlockState.IN_USE if tenancy.marked else BlockState.ACQUIRED
             checkers.check_state(block_id, states[block_id], expected, f"{tenancy.holders} took it")
             handle = self.ledger.handles[block_id]
-            checkers.check_refcount(block_id, self._refcount(handle), tenancy.total_refs, "the last operation")
+            checkers.check_refcount(
+                block_id, self._refcount(handle), tenancy.total_refs, "the last operation"
+            )
         for block_id, handle in self.ledger.handles.items():
             if block_id not in held and self._refcount(handle) < 0:
                 checkers.check_refcount(block_id, self._refcount(handle), 0, "its last release")
         checkers.check_release_accounting(self.ledger.ended, self.ledger.returned)
 
-    async def op_probe_wakeup(self, waiter: str, releaser: str, block_id: int, patience: float) -> None:
-        """See ``probe_wakeup``. Runs as one task (async) or on the harness thread (threads)."""
+    async def op_probe_wakeup(
+        self, waiter: str, releaser: str, block_id: int, patience: float, cancel: bool = False
+    ) -> int | None:
+        """See ``probe_wakeup``. Runs as one task (async) or on the harness thread (threads).
+
+        The released block carries a fresh canary, so a waiter handed it before its reset (the
+        seed's reset-after-offer bug) reads stale data and the probe reports a dirty read.
+        """
         park = 0.02
+        if not self.ledger.open[block_id].marked:
+            await self.op_mark(releaser, block_id)
+        await self.op_write(releaser, block_id)
         if self.loop is not None:
-            got: list[int | None] = []
-            async with anyio.create_task_group() as tg:
+            return await self._probe_on_loop(waiter, releaser, block_id, patience, park, cancel)
 
-                async def wait() -> None:
-                    got.append(await self.op_acquire(waiter, patience))
+        def wait() -> tuple[int | None, float]:
+            return run_to_completion(self.op_acquire(waiter, patience)), self._now()
 
-                tg.start_soon(wait)
-                await anyio.sleep(park)
-                await self.op_release(releaser, block_id)
-                freed_at = self._now()
-            waited_after_free = self._now() - freed_at
-            checkers.check_woken(got[0] is not None, waited_after_free, self.backoff_bound, self.timing)
-            return
-        future = self._worker(waiter).submit(lambda: run_to_completion(self.op_acquire(waiter, patience)))
+        future = self._worker(waiter).submit(wait)
         time.sleep(park)
         self._worker(releaser).call(
             lambda: run_to_completion(self.op_release(releaser, block_id)), self._bound(0)
         )
-        freed_at = self._now()
+        freed_at, gc0 = self._now(), gc_wall_seconds()
         try:
-            result = future.result(timeout=self._bound(patience))
+            result, answered_at = future.result(timeout=self._bound(patience))
         except TimeoutError:
             self._worker(waiter).stuck = True
             raise CallHung(f"{waiter}: acquire(timeout={patience:g}) did not return") from None
-        waited_after_free = self._now() - freed_at
-        checkers.check_woken(result is not None, waited_after_free, self.backoff_bound, self.timing)
+        waited = answered_at - freed_at - self._gc_since(gc0)
+        checkers.check_woken(result is not None, waited, self.backoff_bound, self.timing)
+        return result
+
+    async def _probe_on_loop(
+        self, waiter: str, releaser: str, block_id: int, patience: float, park: float, cancel: bool
+    ) -> int | None:
+        # With ``cancel``, the releaser cancels the waiter right after waking it, before it
+        # runs: a pool that takes the block and then yields loses it (the check_quiet that
+        # follows finds it neither held nor free).
+        got: list[int | None] = []
+        answered_at: list[float] = []
+        scope = anyio.CancelScope()
+
+        async def wait() -> None:
+            with scope:
+                got.append(await self.op_acquire(waiter, patience))
+                answered_at.append(self._now())
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await anyio.sleep(park)
+                await self.op_release(releaser, block_id)
+                freed_at, gc0 = self._now(), gc_wall_seconds()
+                if cancel:
+                    scope.cancel()
+        except BaseExceptionGroup as group:
+            raise _first_violation(group) from None
+        if cancel or not got:
+            return got[0] if got else None
+        waited = answered_at[0] - freed_at - self._gc_since(gc0)
+        checkers.check_woken(got[0] is not None, waited, self.backoff_bound, self.timing)
+        return got[0]
 
     # -- batches ------------------------------------------------------------------------------
 
     async def run_program(self, holder: str, program: Sequence[tuple[str, Any]]) -> None:
         """One batch worker's program. Steps: acquire(timeout) (+ mark, write), release,
-        share(peer), verify, pause(n)."""
+        share(peer), verify, pause(n), cancel(peer) (async: cancel the peer's acquire in flight)."""
         for kind, arg in program:
             mine = self.ledger.held_by(holder)
             if kind == "acquire":
-                block_id = await self.op_acquire(holder, arg)
+                block_id = None
+                with anyio.CancelScope() if self.loop is not None else _NO_SCOPE as scope:
+                    self._scopes[holder] = scope
+                    block_id = await self.op_acquire(holder, arg)
+                self._scopes.pop(holder, None)
                 if block_id is not None:
                     await self.op_mark(holder, block_id)
                     await self.op_write(holder, block_id)
+            elif kind == "cancel":
+                peer_scope = self._scopes.get(f"b{arg}")
+                if peer_scope is not None and peer_scope is not _NO_SCOPE:
+                    peer_scope.cancel()
             elif kind == "release" and mine:
                 await self.op_release(holder, mine[-1])
             elif kind == "share" and mine:
@@ -372,10 +424,8 @@ class PoolDriver:
         barrier = threading.Barrier(len(holders))
 
         def job(holder: str, program: Sequence[tuple[str, Any]]) -> None:
-            try:
+            with contextlib.suppress(threading.BrokenBarrierError):
                 barrier.wait(timeout=5)
-            except threading.BrokenBarrierError:
-                pass
             run_to_completion(self.run_program(holder, program))
 
         futures = [
@@ -399,7 +449,8 @@ class PoolDriver:
             raise RuntimeError("the driver already found a violation; start a new one")
         try:
             if self.loop is not None:
-                return self.loop.call(make, bound)
+                result: T = self.loop.call(make, bound)
+                return result
             return self._worker(holder).call(lambda: run_to_completion(make()), bound)
         except InvariantViolation as violation:
             raise self._with_context(violation) from None
@@ -416,7 +467,9 @@ class PoolDriver:
         pending = [op for op in self.history.snapshot() if op.outcome == "pending"]
         what = ", ".join(op.describe().rsplit(" -> ", 1)[0] for op in pending) or f"{holder}'s operation"
         return self._with_context(
-            InvariantViolation("hang", f"{what} did not return within {bound:.3g} s (deadlock or endless loop)")
+            InvariantViolation(
+                "hang", f"{what} did not return within {bound:.3g} s (deadlock or endless loop)"
+            )
         )
 
     def _with_context(self, violation: InvariantViolation) -> InvariantViolation:
@@ -463,7 +516,9 @@ class PoolDriver:
         if missing:
             raise PoolSetupError(f"{name} built {type(pool).__name__}, which lacks {', '.join(missing)}")
         if pool.num_blocks != self.num_blocks:
-            raise PoolSetupError(f"{name} built a pool of {pool.num_blocks} blocks, asked for {self.num_blocks}")
+            raise PoolSetupError(
+                f"{name} built a pool of {pool.num_blocks} blocks, asked for {self.num_blocks}"
+            )
         return pool
 
     async def _call(
@@ -480,18 +535,28 @@ class PoolDriver:
             elif isinstance(result, Awaitable):
                 result = await result
         except Exception as exc:
-            self.history.end(index, self._now(), "raised", f"{type(exc).__name__}: {exc}",
-                             {"traceback": traceback.format_exc(limit=8)})
+            self.history.end(
+                index,
+                self._now(),
+                "raised",
+                f"{type(exc).__name__}: {exc}",
+                {"traceback": traceback.format_exc(limit=8)},
+            )
             raise InvariantViolation(
                 "crash", f"{what}({', '.join(map(repr, args))}) raised {type(exc).__name__}: {exc}"
             ) from exc
+        except BaseException:  # cancelled: it may or may not have taken effect
+            self.history.end(index, self._now(), "info", "cancelled")
+            raise
         return (result, suspensions) if count else result
 
     def _read(self, index: int, block: Any, attribute: str) -> Any:
         try:
             return getattr(block, attribute)
         except Exception as exc:
-            raise InvariantViolation("crash", f"reading block.{attribute} raised {type(exc).__name__}: {exc}") from exc
+            raise InvariantViolation(
+                "crash", f"reading block.{attribute} raised {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _state(self, block: Any) -> BlockState:
         raw = block.state
@@ -509,11 +574,15 @@ class PoolDriver:
     def _now(self) -> float:
         return anyio.current_time() if self.loop is not None else time.monotonic()
 
+    def _gc_since(self, gc0: float) -> float:
+        """Wall seconds of garbage collection since ``gc0``; none counts on a virtual clock."""
+        return 0.0 if self.virtual_time else gc_wall_seconds() - gc0
+
     def _cpu(self) -> float | None:
-        return None if self.loop is not None else time.thread_time()
+        return None if self.loop is not None else thread_cpu_without_gc()
 
     def _cpu_since(self, cpu0: float | None) -> float | None:
-        return None if cpu0 is None else time.thread_time() - cpu0
+        return None if cpu0 is None else thread_cpu_without_gc() - cpu0
 
     async def _pause(self, n: int) -> None:
         for _ in range(n):
@@ -536,6 +605,19 @@ class PoolDriver:
         return worker
 
 
+class _NoScope:
+    """Stands in for a cancel scope where there is no event loop (threads cannot be cancelled)."""
+
+    def __enter__(self) -> _NoScope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_SCOPE = _NoScope()
+
+
 def _first_violation(group: BaseExceptionGroup[Any]) -> BaseException:
     for exc in group.exceptions:
         if isinstance(exc, BaseExceptionGroup):
@@ -555,7 +637,12 @@ def _state_name(raw: object) -> str:
 def _bounded(fn: Callable[[], T], bound: float) -> T | None:
     """Run ``fn`` on a throwaway daemon thread; None if it raises or overruns ``bound``."""
     box: list[T] = []
-    thread = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+
+    def run() -> None:
+        with contextlib.suppress(Exception):  # a dump must never fail the report it belongs to
+            box.append(fn())
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(bound)
     return box[0] if box else None

@@ -7,6 +7,7 @@ for with a timeout. A call that overruns is reported as a hang and its thread is
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -94,36 +95,32 @@ class LoopThread:
         if self._error is not None:
             raise ValueError(f"backend {backend!r} cannot start: {self._error}") from self._error
 
-    def call(self, fn: Callable[[], Awaitable[T] | T], bound: float) -> T:
+    def call(self, fn: Callable[[], Any], bound: float) -> Any:
         """Run ``fn`` (sync, or async and awaited) as a task in the loop; CallHung past ``bound``."""
         if self.stuck or self._portal is None:
             raise CallHung("the event loop is stuck in an earlier call")
-        future: Future[T] = self._portal.start_task_soon(self._as_task, fn)
+        future: Future[Any] = self._portal.start_task_soon(self._as_task, fn)
         try:
             return future.result(timeout=bound)
         except FutureTimeout:
             future.cancel()  # cancels the task, if the loop still runs
-            try:
+            with contextlib.suppress(BaseException):
                 future.result(timeout=0.5)
-            except BaseException:
-                pass
             self.stuck = True
             raise CallHung(f"{self.backend} task: no return within {bound:.3g} s") from None
 
     def close(self) -> None:
         """Stop the loop (unless it is stuck, in which case its thread is abandoned)."""
         if self._portal is not None and not self.stuck:
-            try:
+            with contextlib.suppress(Exception):  # the loop is already gone
                 self._portal.call(self._portal.stop)
-            except Exception:  # the loop is already gone
-                pass
             self._thread.join(5)
 
     @staticmethod
     async def _as_task(fn: Callable[[], Awaitable[T] | T]) -> T:
         result = fn()
         if isinstance(result, Awaitable):
-            return await result  # type: ignore[no-any-return]
+            return await result
         return result
 
     def _serve(self, backend_options: dict[str, Any]) -> None:

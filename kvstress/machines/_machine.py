@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
+from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.harness._driver import PoolDriver
 from kvstress.machines._strategies import batches, holders, timeouts
@@ -24,18 +25,26 @@ from kvstress.machines._strategies import batches, holders, timeouts
 
 @dataclass(frozen=True)
 class Ref:
-    """One reference to one tenancy of a block, held by ``holder``."""
+    """One reference to one tenancy of a block, held by ``holder``; block -1 when none came.
+
+    Every acquiring rule adds a Ref, whatever the pool answered, so the rules Hypothesis can
+    draw never depend on the pool's timing: a nondeterministic pool cannot make the machine's
+    own data draws flaky.
+    """
 
     holder: str
     block: int
     tenancy: int
 
 
+NO_BLOCK_TENANCY = -1
+
+
 @dataclass(frozen=True)
 class MachineOptions:
     """How the machine builds and drives the pool."""
 
-    num_blocks: int = 4
+    num_blocks: int = 3
     block_shape: tuple[int, ...] = (2, 4)
     dtype: torch.dtype = torch.float32
     device: str | None = None
@@ -56,6 +65,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        self.violation: InvariantViolation | None = None
         o = self.options
         self.driver = PoolDriver(
             type(self).factory,
@@ -69,90 +79,107 @@ class PoolMachine(RuleBasedStateMachine):
         )
 
     # -- rules ---------------------------------------------------------------------------------
+    # After a violation every rule is a no-op and teardown raises it: the steps Hypothesis draws
+    # then never depend on when a nondeterministic pool happened to fail.
 
     @rule(target=blocks, holder=holders, timeout=timeouts)
-    def acquire(self, holder: str, timeout: float) -> Any:
-        block_id = self.driver.acquire(holder, timeout)
-        if block_id is None:
-            return multiple()
-        return Ref(holder, block_id, self.driver.ledger.open[block_id].number)
+    def acquire(self, holder: str, timeout: float) -> Ref:
+        return self._ref(holder, self._do(lambda: self.driver.acquire(holder, timeout)))
 
     @rule(ref=blocks)
     def mark_in_use(self, ref: Ref) -> None:
         tenancy = self._tenancy(ref)
         if tenancy is not None and not tenancy.marked:
-            self.driver.mark_in_use(ref.holder, ref.block)
+            self._do(lambda: self.driver.mark_in_use(ref.holder, ref.block))
 
     @rule(ref=blocks)
     def write_canary(self, ref: Ref) -> None:
         tenancy = self._tenancy(ref)
         if tenancy is not None and tenancy.marked:
-            self.driver.write_canary(ref.holder, ref.block)
+            self._do(lambda: self.driver.write_canary(ref.holder, ref.block))
 
     @rule(ref=blocks)
     def verify_canary(self, ref: Ref) -> None:
         if self._tenancy(ref) is not None:
-            self.driver.verify_canary(ref.holder, ref.block)
+            self._do(lambda: self.driver.verify_canary(ref.holder, ref.block))
 
     @rule(target=blocks, ref=blocks, to=holders)
-    def share(self, ref: Ref, to: str) -> Any:
+    def share(self, ref: Ref, to: str) -> Ref:
         if self._tenancy(ref) is None:
-            return multiple()
-        self.driver.share(ref.holder, ref.block, to)
+            return Ref(to, -1, NO_BLOCK_TENANCY)
+        self._do(lambda: self.driver.share(ref.holder, ref.block, to))
         return Ref(to, ref.block, ref.tenancy)
 
     @rule(target=retired, ref=consumes(blocks))
-    def release(self, ref: Ref) -> Any:
-        if self._tenancy(ref) is None:
-            return multiple()
-        self.driver.release(ref.holder, ref.block)
-        return ref if ref.block not in self.driver.ledger.open else multiple()
+    def release(self, ref: Ref) -> Ref:
+        if self._tenancy(ref) is not None:
+            self._do(lambda: self.driver.release(ref.holder, ref.block))
+        return ref
 
     @rule(ref=retired)
     def double_release(self, ref: Ref) -> None:
-        if ref.block not in self.driver.ledger.open:
-            self.driver.double_release(ref.holder, ref.block)
+        if self._unheld(ref):
+            self._do(lambda: self.driver.double_release(ref.holder, ref.block))
 
     @rule(ref=retired, operation=st.sampled_from(("retain", "mark_in_use")))
     def misuse(self, ref: Ref, operation: str) -> None:
-        if ref.block not in self.driver.ledger.open:
-            self.driver.misuse(ref.holder, ref.block, operation)
+        if self._unheld(ref):
+            self._do(lambda: self.driver.misuse(ref.holder, ref.block, operation))
 
-    @rule(target=blocks, ref=consumes(blocks), waiter=holders)
-    def waiter_woken_by_release(self, ref: Ref, waiter: str) -> Any:
+    @rule(target=blocks, ref=consumes(blocks), waiter=holders, cancel=st.booleans())
+    def waiter_woken_by_release(self, ref: Ref, waiter: str, cancel: bool) -> Ref:
         tenancy = self._tenancy(ref)
-        if tenancy is None:
-            return multiple()
         exhausted = len(self.driver.ledger.open) == self.driver.num_blocks
-        if not exhausted or tenancy.total_refs != 1 or waiter == ref.holder:
+        if tenancy is None or not exhausted or tenancy.total_refs != 1 or waiter == ref.holder:
             return ref  # not applicable (a holder cannot wait and release at once): keep it
-        self.driver.probe_wakeup(waiter, ref.holder, ref.block)
-        (block_id,) = self.driver.ledger.held_by(waiter)[-1:]
-        return Ref(waiter, block_id, self.driver.ledger.open[block_id].number)
+        return self._ref(
+            waiter, self._do(lambda: self.driver.probe_wakeup(waiter, ref.holder, ref.block, cancel))
+        )
 
     @rule(programs=batches())
     def concurrent_batch(self, programs: list[list[tuple[str, Any]]]) -> None:
         if self.options.batches:
-            self.driver.run_batch(programs)
+            self._do(lambda: self.driver.run_batch(programs))
 
     # -- checks --------------------------------------------------------------------------------
 
     @invariant()
     def pool_is_consistent(self) -> None:
-        self.driver.check_quiet()
+        self._do(self.driver.check_quiet)
 
     def teardown(self) -> None:
         try:
-            if not self.driver.failed:
-                self.driver.drain()
+            self._do(self.driver.drain)
         finally:
             self.driver.close()
+        if self.violation is not None:
+            raise self.violation
+
+    def _do(self, step: Callable[[], Any]) -> Any:
+        """Run a driver step unless a violation was found; keep the first violation."""
+        if self.violation is not None:
+            return None
+        try:
+            return step()
+        except InvariantViolation as violation:
+            self.violation = violation
+            return None
+
+    def _ref(self, holder: str, block_id: int | None) -> Ref:
+        if block_id is None or self.violation is not None:
+            return Ref(holder, -1, NO_BLOCK_TENANCY)
+        return Ref(holder, block_id, self.driver.ledger.open[block_id].number)
 
     def _tenancy(self, ref: Ref) -> Any:
+        if self.violation is not None:
+            return None
         tenancy = self.driver.ledger.open.get(ref.block)
         if tenancy is None or tenancy.number != ref.tenancy or ref.holder not in tenancy.refs:
             return None
         return tenancy
+
+    def _unheld(self, ref: Ref) -> bool:
+        return self.violation is None and ref.block >= 0 and ref.block not in self.driver.ledger.open
 
 
 DEFAULT_SETTINGS = settings(
@@ -166,7 +193,7 @@ DEFAULT_SETTINGS = settings(
 def pool_machine(
     factory: Callable[..., Any],
     *,
-    num_blocks: int = 4,
+    num_blocks: int = 3,
     block_shape: tuple[int, ...] = (2, 4),
     dtype: torch.dtype = torch.float32,
     device: str | None = None,
@@ -200,5 +227,5 @@ def pool_machine(
         (PoolMachine,),
         {"factory": staticmethod(factory), "options": options, "__module__": PoolMachine.__module__},
     )
-    machine.TestCase.settings = settings or DEFAULT_SETTINGS
+    machine.TestCase.settings = settings or DEFAULT_SETTINGS  # type: ignore[attr-defined]
     return machine

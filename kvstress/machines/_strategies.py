@@ -17,11 +17,12 @@ timeouts = st.sampled_from(TIMEOUTS)
 def program_steps(workers: int) -> st.SearchStrategy[tuple[str, Any]]:
     """One step of a batch worker's program; ``pause`` draws the interleaving as data."""
     return st.one_of(
-        st.tuples(st.just("acquire"), st.sampled_from((0, 0.001, 0.01))),
+        st.tuples(st.just("acquire"), st.sampled_from((0, 0.001, 0.01, 0.05))),
         st.tuples(st.just("release"), st.none()),
         st.tuples(st.just("verify"), st.none()),
         st.tuples(st.just("share"), st.integers(0, workers - 1)),
         st.tuples(st.just("pause"), st.integers(1, 4)),
+        st.tuples(st.just("cancel"), st.integers(0, workers - 1)),
     )
 
 

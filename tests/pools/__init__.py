@@ -1,0 +1,1 @@
+"""Pools written outside kvstress: two correct ones and a zoo of deliberately broken ones."""
