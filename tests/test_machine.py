@@ -28,11 +28,11 @@ HUNT = settings(CI, max_examples=300, report_multiple_bugs=False, phases=[Phase.
 QUICK_HANGS = TimingPolicy(hang_bound=1.0)
 
 CORRECT = [
-    pytest.param(kvstress.ThreadedBlockPool, "asyncio", id="ThreadedBlockPool"),
-    pytest.param(kvstress.AsyncBlockPool, "asyncio", id="AsyncBlockPool-asyncio"),
-    pytest.param(kvstress.AsyncBlockPool, "trio", id="AsyncBlockPool-trio"),
-    pytest.param(SimpleThreadedPool, "asyncio", id="SimpleThreadedPool"),
-    pytest.param(SimpleAsyncPool, "trio", id="SimpleAsyncPool-trio"),
+    pytest.param(kvstress.ThreadedBlockPool, "asyncio", 300, id="ThreadedBlockPool"),
+    pytest.param(kvstress.AsyncBlockPool, "asyncio", 300, id="AsyncBlockPool-asyncio"),
+    pytest.param(kvstress.AsyncBlockPool, "trio", 300, id="AsyncBlockPool-trio"),
+    pytest.param(SimpleThreadedPool, "asyncio", 200, id="SimpleThreadedPool"),
+    pytest.param(SimpleAsyncPool, "trio", 200, id="SimpleAsyncPool-trio"),
 ]
 
 
@@ -59,11 +59,11 @@ def first_violation(run: Callable[[], None]) -> InvariantViolation:
     pytest.fail("no violation found")
 
 
-@pytest.mark.parametrize(("factory", "backend"), CORRECT)
-def test_machine_is_silent_on_correct_pools(factory: type, backend: str) -> None:
-    """200 derandomized examples of 30 steps find nothing on a correct pool."""
+@pytest.mark.parametrize(("factory", "backend", "examples"), CORRECT)
+def test_machine_is_silent_on_correct_pools(factory: type, backend: str, examples: int) -> None:
+    """A few hundred derandomized examples of 30 steps find nothing on a correct pool."""
     machine = kvstress.pool_machine(factory, backend=backend)
-    run_state_machine_as_test(machine, settings=CI)
+    run_state_machine_as_test(machine, settings=settings(CI, max_examples=examples))
 
 
 @pytest.mark.parametrize("pool", broken.BROKEN_POOLS, ids=lambda p: f"{p.__name__}-{p.expected}")
@@ -91,3 +91,9 @@ def test_generated_testcase_runs_under_unittest() -> None:
     machine = kvstress.pool_machine(kvstress.ThreadedBlockPool, settings=settings(CI, max_examples=10))
     result = machine.TestCase().run()
     assert result is not None and result.wasSuccessful()
+
+
+# What the README tells users to write: pytest collects the generated TestCase.
+TestThreadedBlockPoolMachine = kvstress.pool_machine(
+    kvstress.ThreadedBlockPool, settings=settings(CI, max_examples=20)
+).TestCase

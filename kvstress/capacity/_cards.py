@@ -20,7 +20,7 @@ from typing import Any, Final, TypeVar
 
 import torch
 
-from kvstress.capacity._checks import got, non_empty_str, positive_int
+from kvstress._checks import got, non_empty_str, positive_int
 
 ENV_VAR: Final = "KVSTRESS_MODELS"
 

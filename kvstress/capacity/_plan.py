@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
+from kvstress._checks import got, non_negative_number, positive_int, positive_number
 from kvstress.capacity._cards import ModelCard
-from kvstress.capacity._checks import got, non_negative_number, positive_int, positive_number
 
 _GIB = 1 << 30
 

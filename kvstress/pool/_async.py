@@ -10,11 +10,11 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.lowlevel
 
+from kvstress._checks import check_timeout
 from kvstress._errors import PoolExhausted
 from kvstress.pool._base import PoolBase
 from kvstress.pool._block import Block
 from kvstress.pool._core import ReleaseStep
-from kvstress.pool._validate import check_timeout
 
 
 class AsyncBlockPool(PoolBase):

@@ -9,19 +9,19 @@ from typing import Any, ClassVar
 import structlog
 import torch
 
+from kvstress._checks import (
+    check_block_shape,
+    check_dtype,
+    check_num_blocks,
+    check_positive_or_none,
+    positive_int,
+    resolve_device,
+)
 from kvstress.pool._block import Block
 from kvstress.pool._core import PoolCore
 from kvstress.pool._leaks import LeakDetection, LeakSuspect, LeakTracker
 from kvstress.pool._state import BlockState
 from kvstress.pool._storage import BlockStorage
-from kvstress.pool._validate import (
-    check_block_shape,
-    check_dtype,
-    check_num_blocks,
-    check_positive_int,
-    check_positive_or_none,
-    resolve_device,
-)
 
 log = structlog.get_logger("kvstress.pool")
 
@@ -67,7 +67,7 @@ class PoolBase:
             raise ValueError(f"leak_detection must be a LeakDetection, got {leak_detection!r}")
         tracker = LeakTracker(
             leak_detection,
-            check_positive_int("leak_sample_rate", leak_sample_rate),
+            positive_int("leak_sample_rate", leak_sample_rate),
             check_positive_or_none("leak_threshold", leak_threshold),
         )
         self._storage = BlockStorage(self.num_blocks, self.block_shape, self.dtype, self.device)

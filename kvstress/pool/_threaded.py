@@ -7,11 +7,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from kvstress._checks import check_timeout
 from kvstress._errors import PoolExhausted
 from kvstress.pool._base import PoolBase
 from kvstress.pool._block import Block
 from kvstress.pool._core import ReleaseStep
-from kvstress.pool._validate import check_timeout
 
 
 class ThreadedBlockPool(PoolBase):

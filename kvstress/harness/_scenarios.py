@@ -1,0 +1,168 @@
+"""Concurrent scenarios: a waiter woken by a release, and batches of small programs."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from kvstress import checkers
+from kvstress._violation import InvariantViolation
+from kvstress.harness._cpu import gc_wall_seconds
+from kvstress.harness._operations import Operations
+from kvstress.harness._runner import CallHung, run_to_completion
+
+
+class Scenarios(Operations):
+    """Operations in flight together: the lost-wakeup probe and concurrent batches."""
+
+    _scopes: dict[str, Any]
+
+    async def op_probe_wakeup(
+        self, waiter: str, releaser: str, block_id: int, patience: float, cancel: bool = False
+    ) -> int | None:
+        """See ``probe_wakeup``. Runs as one task (async) or on the harness thread (threads).
+
+        The released block carries a fresh canary, so a waiter handed it before its reset (the
+        seed's reset-after-offer bug) reads stale data and the probe reports a dirty read.
+        """
+        park = 0.02
+        if not self.ledger.open[block_id].marked:
+            await self.op_mark(releaser, block_id)
+        await self.op_write(releaser, block_id)
+        if self.loop is not None:
+            return await self._probe_on_loop(waiter, releaser, block_id, patience, park, cancel)
+
+        def wait() -> tuple[int | None, float]:
+            return run_to_completion(self.op_acquire(waiter, patience)), self._now()
+
+        future = self._worker(waiter).submit(wait)
+        time.sleep(park)
+        self._worker(releaser).call(
+            lambda: run_to_completion(self.op_release(releaser, block_id)), self._bound(0)
+        )
+        freed_at, gc0 = self._now(), gc_wall_seconds()
+        try:
+            result, answered_at = future.result(timeout=self._bound(patience))
+        except TimeoutError:
+            self._worker(waiter).stuck = True
+            raise CallHung(f"{waiter}: acquire(timeout={patience:g}) did not return") from None
+        waited = answered_at - freed_at - self._gc_since(gc0)
+        checkers.check_woken(result is not None, waited, self.backoff_bound, self.timing)
+        return result
+
+    async def _probe_on_loop(
+        self, waiter: str, releaser: str, block_id: int, patience: float, park: float, cancel: bool
+    ) -> int | None:
+        # With ``cancel``, the releaser cancels the waiter right after waking it, before it
+        # runs: a pool that takes the block and then yields loses it (the check_quiet that
+        # follows finds it neither held nor free).
+        got: list[int | None] = []
+        answered_at: list[float] = []
+        scope = anyio.CancelScope()
+
+        async def wait() -> None:
+            with scope:
+                got.append(await self.op_acquire(waiter, patience))
+                answered_at.append(self._now())
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await anyio.sleep(park)
+                await self.op_release(releaser, block_id)
+                freed_at, gc0 = self._now(), gc_wall_seconds()
+                if cancel:
+                    scope.cancel()
+        except BaseExceptionGroup as group:
+            raise _first_violation(group) from None
+        if cancel or not got:
+            return got[0] if got else None
+        waited = answered_at[0] - freed_at - self._gc_since(gc0)
+        checkers.check_woken(got[0] is not None, waited, self.backoff_bound, self.timing)
+        return got[0]
+
+    # -- batches ------------------------------------------------------------------------------
+
+    async def run_program(self, holder: str, program: Sequence[tuple[str, Any]]) -> None:
+        """One batch worker's program. Steps: acquire(timeout) (+ mark, write), release,
+        share(peer), verify, pause(n), cancel(peer) (async: cancel the peer's acquire in flight)."""
+        for kind, arg in program:
+            mine = self.ledger.held_by(holder)
+            if kind == "acquire":
+                block_id = None
+                with anyio.CancelScope() if self.loop is not None else _NO_SCOPE as scope:
+                    self._scopes[holder] = scope
+                    block_id = await self.op_acquire(holder, arg)
+                self._scopes.pop(holder, None)
+                if block_id is not None:
+                    await self.op_mark(holder, block_id)
+                    await self.op_write(holder, block_id)
+            elif kind == "cancel":
+                peer_scope = self._scopes.get(f"b{arg}")
+                if peer_scope is not None and peer_scope is not _NO_SCOPE:
+                    peer_scope.cancel()
+            elif kind == "release" and mine:
+                await self.op_release(holder, mine[-1])
+            elif kind == "share" and mine:
+                await self.op_share(holder, mine[-1], f"b{arg}")
+            elif kind == "verify" and mine:
+                await self.op_verify(holder, mine[-1])
+            elif kind == "pause":
+                await self._pause(arg)
+
+    async def _batch_tasks(self, holders: list[str], programs: Sequence[Sequence[tuple[str, Any]]]) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                for holder, program in zip(holders, programs, strict=True):
+                    tg.start_soon(self.run_program, holder, program)
+        except BaseExceptionGroup as group:
+            raise _first_violation(group) from None
+
+    def _batch_threads(
+        self, holders: list[str], programs: Sequence[Sequence[tuple[str, Any]]], bound: float
+    ) -> None:
+        barrier = threading.Barrier(len(holders))
+
+        def job(holder: str, program: Sequence[tuple[str, Any]]) -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait(timeout=5)
+            run_to_completion(self.run_program(holder, program))
+
+        futures = [
+            (h, self._worker(h).submit(lambda h=h, p=p: job(h, p)))  # type: ignore[misc]
+            for h, p in zip(holders, programs, strict=True)
+        ]
+        deadline = time.monotonic() + bound
+        for holder, future in futures:
+            try:
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                self._worker(holder).stuck = True
+                raise CallHung(f"{holder}: its batch program did not finish") from None
+
+
+class _NoScope:
+    """Stands in for a cancel scope where there is no event loop (threads cannot be cancelled)."""
+
+    def __enter__(self) -> _NoScope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_SCOPE = _NoScope()
+
+
+def _first_violation(group: BaseExceptionGroup[Any]) -> BaseException:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first_violation(exc)
+        if isinstance(exc, InvariantViolation):
+            return exc
+    return group.exceptions[0]
