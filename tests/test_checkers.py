@@ -123,15 +123,21 @@ def test_misuse_must_raise() -> None:
 
 def test_timeout_early_and_late() -> None:
     """None before the timeout is early; any answer past deadline + bound + slack is late."""
-    checkers.check_timeout(0.05, False, 0.0501, 0.0, POLICY)
-    checkers.check_timeout(0.05, True, 0.001, 0.0, POLICY)
-    checkers.check_timeout(None, False, 0.0, 0.0, POLICY)
-    checkers.check_timeout(0, False, 0.0, 0.0, POLICY)
+    checkers.check_timeout(0.05, False, 0.0501, 0.0501, 0.0, POLICY)
+    checkers.check_timeout(0.05, True, 0.001, 0.001, 0.0, POLICY)
+    checkers.check_timeout(None, False, 0.0, 0.0, 0.0, POLICY)
+    checkers.check_timeout(0, False, 0.0, 0.0, 0.0, POLICY)
     with raises("timeout-early"):
-        checkers.check_timeout(0.05, False, 0.005, 0.0, POLICY)
+        checkers.check_timeout(0.05, False, 0.005, 0.005, 0.0, POLICY)
     with raises("timeout-late"):
-        checkers.check_timeout(0.05, False, 0.2, 0.0, POLICY)
-    checkers.check_timeout(0.05, False, 0.2, 0.1, POLICY)  # the pool declared a 0.1 s backoff
+        checkers.check_timeout(0.05, False, 0.2, 0.2, 0.0, POLICY)
+    checkers.check_timeout(0.05, False, 0.2, 0.2, 0.1, POLICY)  # the pool declared a 0.1 s backoff
+
+
+def test_garbage_collection_excuses_lateness_but_never_earliness() -> None:
+    """A wait stretched by GC is not late; a wait that GC time would shorten is not early."""
+    checkers.check_timeout(0.05, False, 0.9, 0.06, 0.0, POLICY)  # 0.84 s of it was GC
+    checkers.check_timeout(0.05, False, 0.05, 0.001, 0.0, POLICY)  # early only after taking GC out
 
 
 def test_parking() -> None:

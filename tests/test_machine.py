@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -66,10 +68,27 @@ def test_machine_is_silent_on_correct_pools(factory: type, backend: str, example
     run_state_machine_as_test(machine, settings=settings(CI, max_examples=examples))
 
 
-@pytest.mark.parametrize("pool", broken.BROKEN_POOLS, ids=lambda p: f"{p.__name__}-{p.expected}")
-def test_machine_names_the_planted_bug(pool: type) -> None:
+def broken_cases() -> list[Any]:
+    """Every broken pool; the async ones on asyncio and on trio."""
+    cases = []
+    for pool in broken.BROKEN_POOLS:
+        backends = ["asyncio", "trio"] if inspect.iscoroutinefunction(pool.acquire) else ["asyncio"]
+        for backend in backends:
+            suffix = f"-{backend}" if len(backends) > 1 else ""
+            cases.append(pytest.param(pool, backend, id=f"{pool.__name__}{suffix}"))
+    return cases
+
+
+def test_every_invariant_id_has_a_pool_that_shows_only_it() -> None:
+    """Each of the 14 ids is the sole expected id of at least one broken pool."""
+    sole = {pool.expected for pool in broken.BROKEN_POOLS if isinstance(pool.expected, str)}
+    assert sole == set(kvstress.INVARIANTS)
+
+
+@pytest.mark.parametrize(("pool", "backend"), broken_cases())
+def test_machine_names_the_planted_bug(pool: type, backend: str) -> None:
     """The machine fails on each broken pool with the pool's expected invariant id."""
-    machine = kvstress.pool_machine(pool, timing=QUICK_HANGS)
+    machine = kvstress.pool_machine(pool, backend=backend, timing=QUICK_HANGS)
     violation = first_violation(lambda: run_state_machine_as_test(machine, settings=HUNT))
     assert violation.invariant in expected_ids(pool), violation.details()
 

@@ -230,7 +230,7 @@ async def test_simple_async_cancelled_waiter_never_loses_a_block() -> None:
 
 def test_every_broken_pool_names_a_known_invariant_and_its_bug() -> None:
     """Each broken pool has an expected invariant id, a one-line docstring and the right flavour."""
-    assert len(set(broken.BROKEN_POOLS)) == len(broken.BROKEN_POOLS) == 27
+    assert len(set(broken.BROKEN_POOLS)) == len(broken.BROKEN_POOLS) == 28
     for cls in broken.BROKEN_POOLS:
         expected = cls.expected  # type: ignore[union-attr]
         ids = {expected} if isinstance(expected, str) else set(expected)

@@ -38,18 +38,29 @@ class Operations:
     sequential: bool  # False while several operations may be in flight
     virtual_time: bool
     _workers: dict[str, ThreadWorker]
+    release_calls: int = 0  # releases called so far, by anyone
+
+    def _count_release(self) -> None:
+        with self.ledger.lock:
+            self.release_calls += 1
 
     async def op_acquire(self, holder: str, timeout: float | None) -> int | None:
         """acquire, then: a valid id nobody holds, ACQUIRED, refcount 1, zeros, timing."""
         index = self.history.begin(holder, "acquire", {"timeout": timeout}, self._now())
-        cpu0, start, gc0 = self._cpu(), self._now(), gc_wall_seconds()
+        cpu0, start, gc0, releases0 = self._cpu(), self._now(), gc_wall_seconds(), self.release_calls
         block, suspensions = await self._call(index, "acquire", self.pool.acquire, timeout, count=True)
         elapsed, cpu = self._now() - start, self._cpu_since(cpu0)
-        elapsed -= self._gc_since(gc0)
+        # Lateness is judged without garbage collection (no Python code, the pool's included,
+        # runs meanwhile); earliness and CPU per second waited on the plain wall clock.
+        busy = elapsed - self._gc_since(gc0)
+        if suspensions is not None:
+            # Each release may wake a waiter that then loses the block to another: those
+            # wake-ups are earned. Only the ones no release explains can be spinning.
+            suspensions = max(0, suspensions - 2 * (self.release_calls - releases0) - 4)
         observed: dict[str, Any] = {"elapsed_s": elapsed}
         if block is None:
             self.history.end(index, self._now(), "info", None, observed)
-            checkers.check_timeout(timeout, False, elapsed, self.backoff_bound, self.timing)
+            checkers.check_timeout(timeout, False, elapsed, busy, self.backoff_bound, self.timing)
             checkers.check_parking(elapsed, cpu, suspensions, self.timing)
             free = self.num_blocks - len(self.ledger.open)
             if self.sequential and free > 0:
@@ -66,7 +77,7 @@ class Operations:
         checkers.check_acquired(block_id, self.num_blocks, clash.holders if clash else ())
         checkers.check_zeroed(block_id, self._read(index, block, "data"))
         checkers.check_fresh_state(block_id, BlockState[observed["state"]], observed["refcount"])
-        checkers.check_timeout(timeout, True, elapsed, self.backoff_bound, self.timing)
+        checkers.check_timeout(timeout, True, elapsed, busy, self.backoff_bound, self.timing)
         checkers.check_parking(elapsed, cpu, suspensions, self.timing)
         return int(block_id)
 
@@ -112,6 +123,7 @@ class Operations:
         await self.op_verify(holder, block_id)
         handle = self.ledger.handles[block_id]
         last = self.ledger.give_up(holder, block_id)
+        self._count_release()
         index = self.history.begin(holder, "release", {"block": block_id}, self._now())
         returned, _ = await self._call(index, "release", self.pool.release, handle, count=True)
         self.history.end(index, self._now(), "ok", returned)
@@ -129,6 +141,7 @@ class Operations:
         """Release a block nobody holds: False, and the queue and counter unchanged."""
         handle = self.ledger.handles[block_id]
         before = (self.pool.free_count(), list(self.pool.free_ids()))
+        self._count_release()
         index = self.history.begin(holder, "release", {"block": block_id, "double": True}, self._now())
         returned, _ = await self._call(index, "release", self.pool.release, handle, count=True)
         self.history.end(index, self._now(), "ok", returned)

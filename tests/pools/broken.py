@@ -85,6 +85,23 @@ class DoubleHandoutPool(SimpleThreadedPool):
         return block
 
 
+class ReHandoutPool(SimpleThreadedPool):
+    """Every 3rd acquire hands out the block handed out last, again, leaving queue and counter alone."""
+
+    expected = "shared-block"
+
+    _acquires = 0  # a count per pool: the first += gives the instance its own
+    _last: Block | None = None
+
+    def _take(self) -> Block:
+        self._acquires += 1
+        last = self._last
+        if self._acquires % 3 == 0 and last is not None and last.state in HELD:
+            return last  # BUG: a stale cache of the last handout is served again
+        self._last = super()._take()
+        return self._last
+
+
 class CounterDriftPool(SimpleThreadedPool):
     """Acquire reserves a count before waiting and keeps the reservation when it times out."""
 
@@ -371,6 +388,7 @@ BROKEN_POOLS: list[PoolClass] = [
     ResetAfterOfferPool,
     AsyncNoResetPool,
     DoubleHandoutPool,
+    ReHandoutPool,
     CounterDriftPool,
     DoubleOfferPool,
     NonFreeInQueuePool,
