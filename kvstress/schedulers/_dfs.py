@@ -1,0 +1,103 @@
+"""Bounded exhaustive search: every interleaving with at most ``preemption_bound`` preemptions.
+
+Depth-first over the tree of decisions, stateless: each execution replays the previous one's
+choices up to the deepest decision that still has an untried option, takes that option, and
+then always tries the first option. A preemption is a switch away from a task that could have
+continued; options list the current task first, so an execution's first path is the
+non-preemptive one. Most concurrency bugs need few preemptions (Musuvathi & Qadeer, PLDI 2007),
+so a small bound covers them while keeping the count polynomial in the program's length.
+
+The program must be deterministic given the choices: if a replayed decision sees other runnable
+tasks than it did before, ``ScheduleDivergence`` says where. Random values do not branch: every
+execution draws the same ``next_u64`` stream (seeded by ``seed``), so the search covers
+interleavings, not data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvstress.schedulers._base import SchedulerBase
+from kvstress.schedulers._errors import ScheduleDivergence
+
+
+@dataclass
+class _Branch:
+    """One decision of the current path. Invariant: 0 <= taken < allowed <= len(options)."""
+
+    options: tuple[int, ...]  # runnable tasks, the current one first when it could continue
+    allowed: int  # how many leading options the preemption bound permits here
+    taken: int  # the option this execution takes
+
+
+class DFSScheduler(SchedulerBase):
+    """Enumerates interleavings depth-first; ``new_execution`` is False once all are done.
+
+    ``preemption_bound=None`` removes the bound (exhaustive; exponential in the program).
+    """
+
+    name = "dfs"
+
+    def __init__(self, preemption_bound: int | None = 2, seed: int = 0) -> None:
+        if preemption_bound is not None and (type(preemption_bound) is not int or preemption_bound < 0):
+            raise ValueError(
+                f"preemption_bound must be None or an int >= 0, got {preemption_bound!r} "
+                f"({type(preemption_bound).__name__})"
+            )
+        super().__init__(seed)
+        self.preemption_bound = preemption_bound
+        self.executions = 0
+        self._path: list[_Branch] = []
+        self._at = 0  # decisions made in the current execution
+        self._preemptions = 0
+        self._exhausted = False
+
+    @property
+    def exhausted(self) -> bool:
+        """True once every interleaving within the bound has been run."""
+        return self._exhausted
+
+    def _begin(self) -> bool:
+        if self._exhausted:
+            return False
+        path = self._path
+        if self.executions:
+            del path[self._at :]  # a shorter run leaves no stale decisions behind
+            while path and path[-1].taken + 1 >= path[-1].allowed:
+                path.pop()
+            if not path:
+                self._exhausted = True
+                return False
+            path[-1].taken += 1
+        self.executions += 1
+        self._at = 0
+        self._preemptions = 0
+        return True
+
+    def _execution_seed_for_next(self) -> int:
+        return self.seed  # the same data in every execution: only the interleaving varies
+
+    def _pick(self, runnable: Sequence[int], current: int | None) -> int:
+        # The current task first: option 0 never preempts, so each new path starts preemption-free.
+        if current is not None and current in runnable:
+            can_continue, options = True, (current, *(task for task in runnable if task != current))
+        else:
+            can_continue, options = False, tuple(runnable)
+        at = self._at
+        self._at += 1
+        if at < len(self._path):
+            branch = self._path[at]
+            if branch.options != options:
+                raise ScheduleDivergence(
+                    f"DFS decision {at}: runnable tasks {sorted(options)} (current {current}) differ "
+                    f"from the earlier execution's {sorted(branch.options)}: the program is not "
+                    "deterministic under the scheduler"
+                )
+        else:
+            bounded = self.preemption_bound is not None and self._preemptions >= self.preemption_bound
+            branch = _Branch(options, 1 if can_continue and bounded else len(options), 0)
+            self._path.append(branch)
+        if branch.taken and can_continue:
+            self._preemptions += 1
+        return branch.options[branch.taken]

@@ -1,0 +1,96 @@
+"""PCT, probabilistic concurrency testing (Burckhardt, Kothari, Musuvathi, Nagarakatte; ASPLOS 2010).
+
+Each task gets a random priority when first seen, and the highest-priority runnable task always
+runs. At d - 1 random steps (the change points, drawn from 1..k) the task about to run drops
+below every task that was never lowered, so a run is priority-driven apart from d - 1
+priority changes. For a bug of depth d (d ordering constraints between events) in a program of
+n tasks and at most k decisions, one execution finds it with probability at least
+1 / (n * k**(d - 1)), where uniform random scheduling's chance can be exponentially smaller.
+
+k is learned: unless ``k`` is given, the first execution runs without change points and measures
+its decisions, and every later one draws its change points from 1..(the most decisions seen).
+
+Known limit: a task that busy-waits (loops on ``await asyncio.sleep(0)`` until another task acts)
+keeps its priority and starves the others, so such a program hits the driver's step bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvstress.schedulers._base import SchedulerBase
+
+
+class PCTScheduler(SchedulerBase):
+    """PCT with depth ``depth`` (d >= 1; d = 1 is plain random-priority scheduling).
+
+    ``k`` may seed the step estimate for the first execution; it is raised to the longest
+    execution seen, never lowered.
+    """
+
+    name = "pct"
+
+    def __init__(self, depth: int = 3, seed: int | None = None, *, k: int | None = None) -> None:
+        if type(depth) is not int or depth < 1:
+            raise ValueError(f"depth must be an int >= 1, got {depth!r} ({type(depth).__name__})")
+        if k is not None and (type(k) is not int or k < 0):
+            raise ValueError(f"k must be None or an int >= 0, got {k!r} ({type(k).__name__})")
+        super().__init__(seed)
+        self.depth = depth
+        self._k = k or 0
+        self._steps = 0
+        # Tasks never lowered in this execution, highest priority first.
+        self._ranked: list[int] = []
+        # Lowered tasks -> the change point index j (1-based) that lowered them: all rank below
+        # every task in _ranked, and a smaller j ranks higher (priority d - j, as in the paper).
+        self._lowered: dict[int, int] = {}
+        # Decision number (1-based) -> change point index j.
+        self._change_at: dict[int, int] = {}
+        # Every task given a priority in this execution (ranked or lowered).
+        self._seen: set[int] = set()
+
+    @property
+    def k(self) -> int:
+        """The step estimate the current execution's change points were drawn from."""
+        return self._k
+
+    @property
+    def change_points(self) -> tuple[int, ...]:
+        """The current execution's change points (decision numbers, 1-based), in index order."""
+        return tuple(sorted(self._change_at, key=self._change_at.__getitem__))
+
+    def _begin(self) -> bool:
+        self._k = max(self._k, self._steps)
+        self._steps = 0
+        self._ranked = []
+        self._lowered = {}
+        self._seen = set()
+        # The paper draws the points independently of their index: point j lowers to d - j.
+        points = self._rng.sample(range(1, self._k + 1), min(self.depth - 1, self._k))
+        self._change_at = {step: j for j, step in enumerate(points, start=1)}
+        return True
+
+    def _pick(self, runnable: Sequence[int], current: int | None) -> int:
+        self._steps += 1
+        ranked, seen = self._ranked, self._seen
+        for task in runnable:
+            if task not in seen:
+                # A new task gets a uniformly random rank among the tasks not yet lowered.
+                seen.add(task)
+                ranked.insert(self._rng.randrange(len(ranked) + 1), task)
+        chosen = self._highest(runnable)
+        j = self._change_at.get(self._steps)
+        if j is not None:
+            if chosen not in self._lowered:
+                ranked.remove(chosen)
+            self._lowered[chosen] = j  # as in the paper, even for a task lowered before
+            chosen = self._highest(runnable)
+        return chosen
+
+    def _highest(self, runnable: Sequence[int]) -> int:
+        candidates = set(runnable)
+        for task in self._ranked:
+            if task in candidates:
+                return task
+        lowered = self._lowered
+        return min(runnable, key=lowered.__getitem__)

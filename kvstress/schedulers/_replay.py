@@ -1,0 +1,74 @@
+"""Replay: run one execution exactly as a recorded ``Schedule`` says, or say where it diverged."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvstress.schedulers._base import SchedulerBase
+from kvstress.schedulers._errors import ScheduleDivergence
+from kvstress.schedulers._schedule import RANDOM_DRAW, Schedule
+
+
+class ReplayScheduler(SchedulerBase):
+    """Replays ``schedule`` (a ``Schedule`` or its ``ks1:`` text) for one execution.
+
+    Task choices are taken from the schedule, random values are regenerated from its seed, and
+    the replay's own ``schedule()`` equals the original. A run that asks for a task the schedule
+    did not choose, a random value where it chose a task (or the reverse), or more decisions than
+    it holds raises ``ScheduleDivergence``. ``new_execution`` is True once, then False.
+    """
+
+    name = "replay"
+
+    def __init__(self, schedule: Schedule | str) -> None:
+        if isinstance(schedule, str):
+            schedule = Schedule.decode(schedule)
+        elif not isinstance(schedule, Schedule):
+            raise TypeError(f"schedule must be a Schedule or its encoded str, got {type(schedule).__name__}")
+        super().__init__(schedule.seed)
+        self.replayed = schedule
+        self._used = False
+
+    @property
+    def finished(self) -> bool:
+        """True when the run has consumed every recorded choice."""
+        return self.choices_so_far == len(self.replayed.choices)
+
+    def _begin(self) -> bool:
+        if self._used:
+            return False
+        self._used = True
+        return True
+
+    def _execution_seed_for_next(self) -> int:
+        return self.replayed.seed
+
+    def _strategy_name(self) -> str:
+        return self.replayed.strategy
+
+    def _pick(self, runnable: Sequence[int], current: int | None) -> int:
+        chosen = self._expected("a task")
+        if chosen == RANDOM_DRAW:
+            self._diverged(
+                f"the run asks for a task among {list(runnable)}, but the schedule drew a random value here"
+            )
+        if chosen not in runnable:
+            self._diverged(f"the schedule chose task {chosen}, but the runnable tasks are {list(runnable)}")
+        return chosen
+
+    def _before_draw(self) -> None:
+        chosen = self._expected("a random value")
+        if chosen != RANDOM_DRAW:
+            self._diverged(f"the run asks for a random value, but the schedule chose task {chosen} here")
+
+    def _expected(self, wanted: str) -> int:
+        choices = self.replayed.choices
+        if self.choices_so_far >= len(choices):
+            self._diverged(f"the run asks for {wanted}, but the schedule ends after {len(choices)} choices")
+        return choices[self.choices_so_far]
+
+    def _diverged(self, what: str) -> None:
+        raise ScheduleDivergence(
+            f"replay diverged at choice {self.choices_so_far}: {what}. The program is not deterministic "
+            "under the scheduler, or the schedule was recorded from another program"
+        )

@@ -1,0 +1,382 @@
+"""The controlled asyncio loop: scheduler-chosen interleavings, virtual time, factories, clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+import warnings
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+import anyio
+import pytest
+
+import kvstress.controlled
+from kvstress import AsyncBlockPool
+from kvstress.controlled import (
+    ControlledEventLoop,
+    Deadlock,
+    SchedulerExhausted,
+    SchedulerMisbehaved,
+    StepLimitExceeded,
+    controlled_loop_factory,
+    current_loop,
+    run_controlled,
+)
+from kvstress.schedulers import (
+    DFSScheduler,
+    PCTScheduler,
+    RandomScheduler,
+    ReplayScheduler,
+    Schedule,
+    Scheduler,
+)
+
+pytest_plugins = ["pytester"]
+
+PUBLIC = {
+    "DEFAULT_MAX_STEPS",
+    "ControlledEventLoop",
+    "ControlledLoopError",
+    "Deadlock",
+    "Exploration",
+    "SchedulerExhausted",
+    "SchedulerMisbehaved",
+    "StepLimitExceeded",
+    "TaskStepTrace",
+    "controlled_loop_factory",
+    "current_loop",
+    "explore",
+    "run_controlled",
+    "seeded_trio_run",
+}
+
+
+class Recording:
+    """Wraps a scheduler and keeps every runnable set it was offered (to see the task ids)."""
+
+    def __init__(self, inner: Scheduler) -> None:
+        self.inner = inner
+        self.offered: list[tuple[int, ...]] = []
+
+    def new_execution(self) -> bool:
+        return self.inner.new_execution()
+
+    def next_task(self, runnable: Sequence[int], current: int | None) -> int:
+        self.offered.append(tuple(runnable))
+        return self.inner.next_task(runnable, current)
+
+    def next_u64(self) -> int:
+        return self.inner.next_u64()
+
+    def schedule(self) -> Schedule:
+        return self.inner.schedule()
+
+
+def workers(trace: list[str], count: int = 3, rounds: int = 4) -> Callable[[], Coroutine[Any, Any, int]]:
+    """A program of ``count`` tasks that log each step to ``trace``; returns one random value."""
+
+    async def main() -> int:
+        async def worker(name: str) -> None:
+            for step in range(rounds):
+                trace.append(f"{name}{step}")
+                await asyncio.sleep(0)
+
+        await asyncio.gather(*(worker(chr(ord("a") + i)) for i in range(count)))
+        return current_loop().scheduler.next_u64()
+
+    return main
+
+
+def test_public_names_are_pinned() -> None:
+    """kvstress.controlled exports exactly the pinned names, each defined in a private module."""
+    for name in PUBLIC:  # the trio helpers load on first access
+        getattr(kvstress.controlled, name)
+    exported = {
+        name for name in vars(kvstress.controlled) if not name.startswith("_") and name != "TYPE_CHECKING"
+    }
+    assert exported == PUBLIC
+    for name in PUBLIC - {"DEFAULT_MAX_STEPS"}:
+        assert "._" in getattr(kvstress.controlled, name).__module__, name
+
+
+# -- interleavings ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [lambda: RandomScheduler(seed=17), lambda: PCTScheduler(3, seed=17)])
+def test_same_seed_same_interleaving(make: Callable[[], Scheduler]) -> None:
+    """Two runs with one seed take the same steps in the same order and draw the same values."""
+    runs = []
+    for _ in range(2):
+        scheduler, trace = make(), []
+        for _ in range(3):  # later executions too (PCT learns between them)
+            trace.clear()
+            value = run_controlled(workers(trace), scheduler)
+        runs.append((trace, value, scheduler.schedule()))
+    assert runs[0] == runs[1]
+
+
+def test_different_seeds_give_different_interleavings() -> None:
+    """Across ten seeds the random scheduler produces more than one interleaving."""
+    seen = set()
+    for seed in range(10):
+        trace: list[str] = []
+        run_controlled(workers(trace), RandomScheduler(seed=seed))
+        seen.add(tuple(trace))
+    assert len(seen) > 5
+
+
+def test_replay_reproduces_the_interleaving() -> None:
+    """Replaying a run's schedule (as text) repeats its steps and its random value."""
+    trace: list[str] = []
+    scheduler = RandomScheduler(seed=3)
+    value = run_controlled(workers(trace), scheduler)
+    replayed: list[str] = []
+    assert run_controlled(workers(replayed), ReplayScheduler(scheduler.schedule().encode())) == value
+    assert replayed == trace
+
+
+def test_tasks_are_numbered_in_creation_order() -> None:
+    """The main task is 1, its children 2, 3, 4 in creation order, plain callbacks 0."""
+    recording = Recording(RandomScheduler(seed=1))
+    run_controlled(workers([]), recording)
+    offered = {task for runnable in recording.offered for task in runnable}
+    assert {2, 3, 4} <= offered <= {0, 1, 2, 3, 4}
+
+
+def test_decisions_are_asked_only_when_there_is_a_choice() -> None:
+    """Every runnable set offered to the scheduler has two or more tasks, ascending."""
+    recording = Recording(RandomScheduler(seed=2))
+    run_controlled(workers([]), recording)
+    assert recording.offered
+    assert all(len(runnable) >= 2 and list(runnable) == sorted(runnable) for runnable in recording.offered)
+
+
+def test_dfs_bound_zero_runs_each_task_until_it_blocks() -> None:
+    """Without preemptions a task that yields with sleep(0) keeps running until it finishes."""
+    trace: list[str] = []
+    run_controlled(workers(trace), DFSScheduler(preemption_bound=0))
+    assert trace == [f"{name}{step}" for name in "abc" for step in range(4)]
+
+
+# -- virtual time ----------------------------------------------------------------------------------
+
+
+def test_sleep_and_wait_for_run_on_virtual_time() -> None:
+    """sleep(30) and wait_for(..., 30) take virtual seconds, exact, and almost no real time."""
+
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.sleep(30)
+        after_sleep = loop.time() - start
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.Event().wait(), 30)
+        after_wait_for = loop.time() - start
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(2.5):
+                await asyncio.Event().wait()
+        return [after_sleep, after_wait_for, loop.time() - start]
+
+    began = time.perf_counter()
+    assert run_controlled(main, RandomScheduler(seed=1)) == [30.0, 60.0, 62.5]
+    assert time.perf_counter() - began < 0.1
+
+
+def test_timers_fire_in_order_at_their_exact_times() -> None:
+    """Tasks sleeping 3, 1 and 2 seconds wake at exactly 1, 2, 3 (from start_time 100)."""
+    woke: list[tuple[str, float]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def sleeper(name: str, delay: float) -> None:
+            await asyncio.sleep(delay)
+            woke.append((name, loop.time()))
+
+        await asyncio.gather(sleeper("c", 3), sleeper("a", 1), sleeper("b", 2))
+
+    with asyncio.Runner(
+        loop_factory=controlled_loop_factory(RandomScheduler(seed=4), start_time=100)
+    ) as runner:
+        runner.run(main())
+    assert woke == [("a", 101.0), ("b", 102.0), ("c", 103.0)]
+
+
+def test_cancelled_timers_and_callbacks_are_skipped() -> None:
+    """Hundreds of cancelled timeouts and a cancelled callback neither run nor advance time."""
+    ran: list[str] = []
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        loop.call_soon(ran.append, "cancelled").cancel()
+        loop.call_later(5, ran.append, "cancelled timer").cancel()
+        for _ in range(300):
+            await asyncio.wait_for(asyncio.sleep(0), timeout=1000)
+        await asyncio.sleep(1)
+        return loop.time()
+
+    assert run_controlled(main, RandomScheduler(seed=5)) == 1.0
+    assert ran == []
+
+
+# -- factories: asyncio.Runner, anyio, pytest-asyncio -----------------------------------------------
+
+
+def test_anyio_runs_on_the_controlled_loop() -> None:
+    """anyio.run(backend="asyncio", backend_options={"loop_factory": ...}) uses the controlled loop."""
+
+    async def main() -> tuple[str, float]:
+        start = anyio.current_time()
+        await anyio.sleep(30)
+        with anyio.move_on_after(5):
+            await anyio.Event().wait()
+        return type(asyncio.get_running_loop()).__name__, anyio.current_time() - start
+
+    factory = controlled_loop_factory(RandomScheduler(seed=6))
+    began = time.perf_counter()
+    result = anyio.run(main, backend="asyncio", backend_options={"loop_factory": factory})
+    assert result == ("ControlledEventLoop", 35.0)
+    assert time.perf_counter() - began < 0.1
+
+
+def test_pool_timeouts_are_judged_on_the_loop_clock() -> None:
+    """AsyncBlockPool.acquire(timeout=30) on an empty pool gives up at exactly +30 virtual seconds."""
+
+    async def main() -> tuple[bool, float]:
+        pool = AsyncBlockPool(1, (2,))
+        held = await pool.acquire()
+        assert held is not None
+        start = anyio.current_time()
+        missed = await pool.acquire(timeout=30)
+        return missed is None, anyio.current_time() - start
+
+    factory = controlled_loop_factory(RandomScheduler(seed=7))
+    assert anyio.run(main, backend="asyncio", backend_options={"loop_factory": factory}) == (True, 30.0)
+
+
+def test_pytest_asyncio_loop_factory_hook(pytester: pytest.Pytester) -> None:
+    """pytest-asyncio's pytest_asyncio_loop_factories hook runs async tests on the controlled loop."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makeconftest(
+        """
+        from kvstress.controlled import controlled_loop_factory
+        from kvstress.schedulers import RandomScheduler
+
+        def pytest_asyncio_loop_factories(config, item):
+            return {"controlled": controlled_loop_factory(RandomScheduler(seed=5))}
+        """
+    )
+    pytester.makepyfile(
+        """
+        import asyncio
+        import pytest
+
+        @pytest.mark.asyncio
+        async def test_virtual_time():
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            await asyncio.sleep(30)
+            assert type(loop).__name__ == "ControlledEventLoop"
+            assert loop.time() - start == 30
+        """
+    )
+    result = pytester.runpytest_inprocess("-p", "asyncio", "-p", "no:cacheprovider", "-p", "no:benchmark")
+    result.assert_outcomes(passed=1)
+
+
+# -- errors instead of hangs -----------------------------------------------------------------------
+
+
+def test_lost_wake_up_is_a_deadlock_not_a_hang() -> None:
+    """Tasks waiting for an event nobody sets raise Deadlock naming the waiting tasks."""
+
+    async def main() -> None:
+        never = asyncio.Event()
+        waiter = asyncio.create_task(never.wait(), name="waiter")
+        await waiter
+
+    with pytest.raises(Deadlock, match=r"deadlock at virtual time 0: .* 2 waiting tasks .*waiter"):
+        run_controlled(main, RandomScheduler(seed=1))
+
+
+def test_livelock_hits_the_step_limit() -> None:
+    """Two tasks that keep yielding forever raise StepLimitExceeded after max_steps callbacks."""
+
+    async def main() -> None:
+        async def spin() -> None:
+            while True:
+                await asyncio.sleep(0)
+
+        await asyncio.gather(spin(), spin())
+
+    with pytest.raises(StepLimitExceeded, match="ran 500 callbacks in one run"):
+        run_controlled(main, RandomScheduler(seed=1), max_steps=500)
+
+
+def test_exhausted_scheduler_refuses_a_new_loop() -> None:
+    """A loop for an exhausted scheduler raises SchedulerExhausted; main() is never created."""
+    scheduler = DFSScheduler(preemption_bound=0)
+    run_controlled(workers([], count=1), scheduler)
+    created = []
+
+    async def main() -> None:
+        created.append(True)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(SchedulerExhausted, match="DFSScheduler has no execution left"):
+            run_controlled(main, scheduler)
+        gc.collect()
+    assert created == [] and not caught
+
+
+def test_scheduler_choosing_a_task_not_offered_is_refused() -> None:
+    """A scheduler that returns an id outside the runnable set raises SchedulerMisbehaved."""
+
+    class Wrong(Recording):
+        def next_task(self, runnable: Sequence[int], current: int | None) -> int:
+            return 99
+
+    with pytest.raises(SchedulerMisbehaved, match=r"returned 99, not one of the runnable tasks \[\d"):
+        run_controlled(workers([]), Wrong(RandomScheduler(seed=1)))
+
+
+def test_failing_scheduler_still_lets_the_run_shut_down() -> None:
+    """When the scheduler raises, its error propagates and every task still gets cancelled."""
+    cleaned: list[str] = []
+
+    class Failing(Recording):
+        def next_task(self, runnable: Sequence[int], current: int | None) -> int:
+            if len(self.offered) == 3:
+                raise KeyError("scheduler broke")
+            return super().next_task(runnable, current)
+
+    async def main() -> None:
+        async def worker(name: str) -> None:
+            try:
+                while True:
+                    await asyncio.sleep(0)
+            finally:
+                cleaned.append(name)
+
+        await asyncio.gather(worker("a"), worker("b"))
+
+    with pytest.raises(KeyError, match="scheduler broke"):
+        run_controlled(main, Failing(RandomScheduler(seed=1)))
+    assert sorted(cleaned) == ["a", "b"]
+
+
+def test_bad_arguments_and_foreign_loops_are_refused() -> None:
+    """max_steps < 1, a non-finite start_time, and current_loop() on a plain loop raise clearly."""
+    with pytest.raises(ValueError, match=r"max_steps must be an int >= 1, got 0 \(int\)"):
+        ControlledEventLoop(RandomScheduler(seed=1), max_steps=0)
+    with pytest.raises(ValueError, match="start_time must be a finite number"):
+        ControlledEventLoop(RandomScheduler(seed=1), start_time=float("inf"))
+
+    async def main() -> None:
+        current_loop()
+
+    with pytest.raises(RuntimeError, match="not a ControlledEventLoop"):
+        asyncio.run(main())

@@ -1,0 +1,144 @@
+"""Seeded trio runs: same seed, same interleaving, same failure; virtual time; state restored."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+import trio
+import trio.lowlevel
+from trio._core import _run as trio_run_internals
+
+from kvstress.controlled import TaskStepTrace, seeded_trio_run
+
+
+async def racers(log: list[str]) -> None:
+    """Six tasks that sleep to the same deadlines and checkpoint; ``log`` gets each step."""
+
+    async def racer(name: str) -> None:
+        for step in range(3):
+            await trio.sleep(1)
+            log.append(f"{name}{step}")
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        for index in range(6):
+            nursery.start_soon(racer, f"r{index}", name=f"r{index}")
+
+
+class MissedHandoff(AssertionError):
+    """The consumer looked for the item before the producer had put it there."""
+
+
+async def handoff() -> str:
+    """A producer and a consumer wake at the same deadline; the consumer assumes it runs second."""
+    shelf: list[str] = []
+
+    async def producer() -> None:
+        await trio.sleep(1)
+        shelf.append("item")
+
+    async def consumer() -> None:
+        await trio.sleep(1)
+        if not shelf:
+            raise MissedHandoff("the consumer ran first and found the shelf empty")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(producer, name="producer")
+        nursery.start_soon(consumer, name="consumer")
+    return shelf[0]
+
+
+def outcome(seed: int) -> str:
+    """'passed', or the MissedHandoff message, of one seeded run of ``handoff``."""
+    try:
+        seeded_trio_run(handoff, seed=seed)
+    except ExceptionGroup as group:
+        matched, _ = group.split(MissedHandoff)
+        assert matched is not None, group
+        return str(matched.exceptions[0])
+    return "passed"
+
+
+def traced(seed: int) -> tuple[list[str], list[str]]:
+    """One seeded run of ``racers``: the tasks' logged steps and trio's own step trace."""
+    log: list[str] = []
+    trace = TaskStepTrace()
+    seeded_trio_run(racers, log, seed=seed, instruments=[trace])
+    return log, [name for name in trace.steps if name.startswith("r")]
+
+
+def test_same_seed_same_interleaving() -> None:
+    """Ten runs with one seed log the same steps in the same order, down to trio's task steps."""
+    runs = {repr(traced(seed=12)) for _ in range(10)}
+    assert len(runs) == 1
+
+
+def test_same_seed_same_interleaving_without_hypothesis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With trio's deterministic switch off (no Hypothesis imported), one seed still gives one order."""
+    monkeypatch.setattr(trio_run_internals, "_ALLOW_DETERMINISTIC_SCHEDULING", False)
+    assert len({repr(traced(seed=12)) for _ in range(10)}) == 1
+    assert trio_run_internals._ALLOW_DETERMINISTIC_SCHEDULING is False
+
+
+def test_different_seeds_give_different_interleavings() -> None:
+    """Across ten seeds trio's batch shuffle produces more than one order."""
+    assert len({repr(traced(seed)) for seed in range(10)}) > 5
+
+
+def test_same_seed_same_failure() -> None:
+    """A seed that misses the handoff misses it on every rerun; a passing seed keeps passing."""
+    outcomes = {seed: outcome(seed) for seed in range(20)}
+    assert set(outcomes.values()) == {"passed", "the consumer ran first and found the shelf empty"}
+    for seed, first in outcomes.items():
+        assert [outcome(seed) for _ in range(3)] == [first] * 3, seed
+
+
+def test_virtual_time_by_default() -> None:
+    """A seeded run sleeps 30 virtual seconds in a fraction of a real one."""
+
+    async def main() -> float:
+        start = trio.current_time()
+        await trio.sleep(30)
+        return trio.current_time() - start
+
+    began = time.perf_counter()
+    assert seeded_trio_run(main, seed=1) == 30.0
+    assert time.perf_counter() - began < 0.1
+
+
+def test_trio_state_is_restored() -> None:
+    """trio's RNG state and its deterministic-scheduling switch are as before, even after a failure."""
+    rng = trio_run_internals._r
+    before = rng.getstate()
+    switch = trio_run_internals._ALLOW_DETERMINISTIC_SCHEDULING
+    outcomes = {outcome(seed) for seed in range(10)}
+    assert len(outcomes) == 2  # some runs failed
+    assert rng.getstate() == before
+    assert switch == trio_run_internals._ALLOW_DETERMINISTIC_SCHEDULING
+
+
+def test_seed_is_validated() -> None:
+    """A seed outside [0, 2**64) raises ValueError naming it."""
+
+    async def main() -> None:
+        pass
+
+    with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*64\)"):
+        seeded_trio_run(main, seed=-1)
+
+
+def test_missing_trio_gets_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without trio, the asyncio side still imports and the trio helpers say how to get trio."""
+    import kvstress.controlled
+
+    monkeypatch.setitem(sys.modules, "trio", None)  # what an uninstalled package looks like
+    monkeypatch.delitem(sys.modules, "kvstress.controlled._trio")
+    monkeypatch.delattr(kvstress.controlled, "_trio")
+    monkeypatch.delattr(kvstress.controlled, "seeded_trio_run", raising=False)
+    assert kvstress.controlled.run_controlled is not None
+    with pytest.raises(ImportError, match=r"seeded_trio_run needs trio: pip install trio"):
+        kvstress.controlled.seeded_trio_run  # noqa: B018
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        kvstress.controlled.nothing  # type: ignore[attr-defined]  # noqa: B018
