@@ -9,6 +9,11 @@ from kvstress._violation import INVARIANTS as INVARIANTS
 from kvstress._violation import BlockRecord as BlockRecord
 from kvstress._violation import InvariantViolation as InvariantViolation
 from kvstress._violation import Operation as Operation
+from kvstress.bench import LoadSpec as LoadSpec
+from kvstress.bench import OverloadPolicy as OverloadPolicy
+from kvstress.bench import WorkloadConfig as WorkloadConfig
+from kvstress.bench import WorkloadReport as WorkloadReport
+from kvstress.bench import run_workload as run_workload
 from kvstress.capacity import CapacityPlan as CapacityPlan
 from kvstress.capacity import ModelCard as ModelCard
 from kvstress.capacity import list_cards as list_cards

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
+import tomllib
 import types
 
 import kvstress
@@ -28,7 +30,12 @@ PUBLIC = {
     "PoolSetupError",
     "ThreadedBlockPool",
     "TimingPolicy",
+    "LoadSpec",
+    "OverloadPolicy",
+    "WorkloadConfig",
+    "WorkloadReport",
     "list_cards",
+    "run_workload",
     "load_card",
     "plan",
     "pool_for_model",
@@ -72,3 +79,12 @@ def test_importing_the_library_configures_no_logging() -> None:
         "assert not logging.getLogger().handlers\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_every_subpackage_is_listed_for_setuptools() -> None:
+    """pyproject.toml lists every kvstress subpackage, so a regular install ships all of them."""
+    root = pathlib.Path(kvstress.__file__).parent
+    found = {"kvstress." + p.parent.name for p in root.glob("*/__init__.py")} | {"kvstress"}
+    pyproject = tomllib.loads((root.parent / "pyproject.toml").read_text())
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    assert found <= listed

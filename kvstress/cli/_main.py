@@ -13,7 +13,7 @@ from importlib import metadata
 from typing import Protocol
 
 import kvstress
-from kvstress.cli import _plan
+from kvstress.cli import _bench, _plan
 from kvstress.cli._parser import Parser, ParserExit, UsageError
 
 _PROG = "kvstress"
@@ -27,7 +27,7 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-_COMMANDS: tuple[Command, ...] = (_plan,)
+_COMMANDS: tuple[Command, ...] = (_plan, _bench)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,8 +6,8 @@ import argparse
 import json
 from dataclasses import asdict
 
+from kvstress._format import gib, human_bytes, table
 from kvstress.capacity import CapacityPlan, ModelCard, list_cards, load_card, plan
-from kvstress.cli._format import gib, human_bytes, table
 from kvstress.cli._parser import Parser, UsageError
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from collections import deque
+
+from kvstress._stats import nearest_rank
 
 
 class WaitSamples:
@@ -20,8 +21,4 @@ class WaitSamples:
 
     def percentile(self, q: float) -> float:
         """The q-th percentile (0..100) of recent waits, nearest rank; 0.0 when there are none."""
-        waited = sorted(self._samples)
-        if not waited:
-            return 0.0
-        rank = max(1, math.ceil(q / 100 * len(waited)))
-        return waited[rank - 1]
+        return nearest_rank(self._samples, q)

@@ -1,4 +1,4 @@
-"""Plain-text rendering shared by the commands: byte sizes in binary units, aligned tables."""
+"""Plain-text rendering shared by the commands and reports: byte sizes in binary units, aligned tables."""
 
 from __future__ import annotations
 
@@ -26,3 +26,12 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(map(len, rows)))]
     lines = ("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) for row in rows)
     return "\n".join(line.rstrip() for line in lines)
+
+
+def human_seconds(seconds: float) -> str:
+    """``seconds`` in us, ms or s, three significant digits: ``12.3 us``, ``150 ms``, ``2.5 s``."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s"
