@@ -1,0 +1,165 @@
+"""Where every linearization pins a block, and what that leaves for acquires that returned None.
+
+An acquire that answered None needs one instant of its call where every block is HELD. This
+module sweeps over positions: a block is surely HELD (in every linearization of its own
+operations) from after an acquire's end until the first start of a release that could follow
+it, and surely FREE from after a True release (or the start) until the first start of an
+acquire that could follow it. A wildcard may take one surely FREE block, so an instant is ruled
+out only when surely FREE blocks outnumber the wildcards begun by then: a call with no instant
+left is a violation. Otherwise the sweep proposes the instant to try first.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from kvstress.linearize._model import BlockOp, Kind, Translation
+from kvstress.linearize._wg import slack
+
+
+@dataclass(frozen=True, slots=True)
+class _Stretch:
+    """Positions ``first..last`` where a block is FREE in every linearization; ``proof`` are the
+    history indices that show it (the acquire and the release that ended the last tenancy)."""
+
+    first: int
+    last: int
+    proof: tuple[int, ...]
+
+
+class Coupling:
+    """The sweep over one translated history: per position, which blocks are surely HELD, how
+    many surely FREE, and whether an empty pool is still possible there."""
+
+    def __init__(self, model: Translation) -> None:
+        size = model.positions
+        self._empty_ops = model.empties
+        self._empty_at = {e.index: k for k, e in enumerate(model.empties)}
+        self._held: list[tuple[list[int], list[int]]] = []  # per block, merged (firsts, lasts)
+        self._free: list[_Stretch] = []
+        held = [0] * (size + 1)
+        free = [0] * (size + 1)  # difference arrays, summed below
+        for ops in model.blocks:
+            merged = _merge(_held_stretches(ops, size))
+            self._held.append(([f for f, _ in merged], [last for _, last in merged]))
+            _spread(held, merged)
+            stretches = _free_stretches(ops, size)
+            self._free += stretches
+            _spread(free, _merge((s.first, s.last) for s in stretches))
+        surely_free = _running(free)
+        for w in model.wildcards:
+            free[w.lo] -= 1  # from its start on, a wildcard may hold one of the FREE blocks
+        # Each surely FREE block needs a wildcard to be HELD, and wildcards are scarce: prefer
+        # instants with the fewest of them, then with the most surely HELD blocks (the fewest to
+        # search for).
+        weight = len(model.blocks) + 1
+        self._score = [h - weight * f for h, f in zip(_running(held), surely_free, strict=True)][:size]
+        room = [int(n <= 0) for n in _running(free)[:size]]
+        self._room = room
+        self._room_before = [0, *_running(room)]  # _room_before[p]: positions below p with room
+
+    def surely_held(self, block: int, at: int) -> bool:
+        """Block ``block`` is HELD at position ``at`` in every linearization."""
+        firsts, lasts = self._held[block]
+        i = bisect_right(firsts, at) - 1
+        return i >= 0 and lasts[i] >= at
+
+    def has_room(self, empty: BlockOp) -> bool:
+        """Some position of the call leaves room for every block to be HELD."""
+        return self._room_before[empty.hi + 1] - self._room_before[empty.lo] > 0
+
+    def best_instant(self, empty: BlockOp, lo: int = 0, hi: int = 1 << 62) -> int | None:
+        """The position of the call within ``lo..hi`` with room and the best score (see above);
+        the latest on a tie. None when no position has room."""
+        best, top = None, -(1 << 62)
+        for p in range(min(empty.hi, hi), max(empty.lo, lo) - 1, -1):
+            if self._room[p] and self._score[p] > top:
+                best, top = p, self._score[p]
+        return best
+
+    def first_instant(self, empty: BlockOp) -> int:
+        """The instant to try first for an empty pool (the call has room: decide checked)."""
+        at = self.best_instant(empty)
+        return empty.hi if at is None else at
+
+    def free_proof(self, empty: BlockOp) -> tuple[int, ...]:
+        """The call plus stretches of surely FREE blocks covering its interval (it has no room)."""
+        proof = {empty.index}
+        at = empty.lo
+        while at <= empty.hi:
+            cover = max((s for s in self._free if s.first <= at <= s.last), key=lambda s: s.last)
+            proof.update(cover.proof)
+            at = cover.last + 1
+        return tuple(sorted(proof))
+
+    def moved_instants(
+        self, choice: list[int], orders: Iterable[list[tuple[BlockOp, int]]]
+    ) -> list[int] | None:
+        """Instants moved to where every given block order can be HELD; None if none moves."""
+        windows: dict[int, tuple[int, int]] = {}
+        for order in orders:
+            ops = [op for op, _ in order]
+            for op, (before, after) in zip(ops, slack(ops), strict=True):
+                lo, hi = max(before, op.lo), min(after, op.hi)
+                k = self._empty_at.get(op.index)
+                if k is not None:
+                    old = windows.get(k, (lo, hi))
+                    windows[k] = (max(old[0], lo), min(old[1], hi))
+        moved = list(choice)
+        for k, (lo, hi) in windows.items():
+            at = self.best_instant(self._empty_ops[k], lo, hi)
+            moved[k] = choice[k] if at is None else at
+        return None if moved == choice else moved
+
+
+def _held_stretches(ops: Sequence[BlockOp], size: int) -> list[tuple[int, int]]:
+    frees = _first_start_from([op for op in ops if op.kind in (Kind.RELEASE_TRUE, Kind.MAYBE_RELEASE)], size)
+    return [(x.hi + 1, frees(x.lo) - 1) for x in ops if x.kind == Kind.ACQUIRE]
+
+
+def _free_stretches(ops: Sequence[BlockOp], size: int) -> list[_Stretch]:
+    takes = _first_start_from([op for op in ops if op.kind in (Kind.ACQUIRE, Kind.MAYBE_ACQUIRE)], size)
+    acquires = sorted((op for op in ops if op.kind == Kind.ACQUIRE), key=lambda op: op.hi)
+    ends = [op.hi for op in acquires]
+    stretches = [_Stretch(0, takes(-1) - 1, ())]  # a fresh pool: every block FREE
+    for release in (op for op in ops if op.kind == Kind.RELEASE_TRUE):
+        before = bisect_left(ends, release.lo)
+        proof = (acquires[before - 1].index, release.index) if before else (release.index,)
+        stretches.append(_Stretch(release.hi + 1, takes(release.lo) - 1, proof))
+    return [s for s in stretches if s.first <= s.last]
+
+
+def _first_start_from(ops: Sequence[BlockOp], default: int) -> Callable[[int], int]:
+    """A query: the earliest start among ``ops`` that end at or after a position (may follow it)."""
+    ops = sorted(ops, key=lambda op: op.hi)
+    ends = [op.hi for op in ops]
+    suffix = [default] * (len(ops) + 1)
+    for i in range(len(ops) - 1, -1, -1):
+        suffix[i] = min(suffix[i + 1], ops[i].lo)
+    return lambda at: suffix[bisect_left(ends, at)]
+
+
+def _merge(stretches: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(s for s in stretches if s[0] <= s[1]):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
+
+
+def _spread(diff: list[int], merged: list[tuple[int, int]]) -> None:
+    for first, last in merged:
+        diff[first] += 1
+        diff[last + 1] -= 1
+
+
+def _running(diff: list[int]) -> list[int]:
+    total, out = 0, []
+    for d in diff:
+        total += d
+        out.append(total)
+    return out

@@ -1,0 +1,211 @@
+"""The sequential model of one block (and of the whole pool), and how a history maps onto it.
+
+A block's whole state is its refcount: 0 is FREE, n > 0 is HELD by n references. Each protocol
+operation becomes a ``BlockOp`` on the one block it names; an acquire that may have taken a block
+nobody saw is a *wildcard* (any block), and an acquire that returned None is an *empty-pool*
+constraint on every block at once (all of them HELD at one instant of its interval).
+
+Times become positions: the k-th distinct time of the history is position 2k and the gap after
+it is 2k + 1, so "some instant strictly between two recorded times" is a position too. Equal
+times count as concurrent: an operation may take effect anywhere in ``[lo, hi]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from kvstress._violation import Operation
+
+FREE = 0
+# The end position of an operation that may still take effect at any later time (Jepsen's info).
+OPEN = 1 << 62
+ANY_BLOCK = -1  # target of a wildcard acquire
+EMPTY_POOL = -2  # target of an acquire that returned None
+
+
+class Kind(IntEnum):
+    """What one operation does to one block; the MAYBE_ kinds may also do nothing."""
+
+    ACQUIRE = 0  # FREE -> 1
+    RELEASE_TRUE = 1  # 1 -> FREE
+    RELEASE_FALSE = 2  # n >= 2 -> n - 1, or FREE -> FREE
+    RETAIN = 3  # n >= 1 -> n + 1
+    HELD = 4  # n >= 1, unchanged: mark_in_use, or one block's share of an empty-pool instant
+    MAYBE_ACQUIRE = 5
+    MAYBE_RELEASE = 6
+    MAYBE_RETAIN = 7
+
+
+def step(kind: int, rc: int) -> tuple[int, ...]:
+    """The refcounts ``kind`` may leave from ``rc``, doing nothing first; () when it cannot run."""
+    if kind == Kind.ACQUIRE:
+        return (1,) if rc == FREE else ()
+    if kind == Kind.RELEASE_TRUE:
+        return (FREE,) if rc == 1 else ()
+    if kind == Kind.RELEASE_FALSE:
+        return (rc - 1,) if rc >= 2 else ((FREE,) if rc == FREE else ())
+    if kind == Kind.RETAIN:
+        return (rc + 1,) if rc >= 1 else ()
+    if kind == Kind.HELD:
+        return (rc,) if rc >= 1 else ()
+    if kind == Kind.MAYBE_ACQUIRE:
+        return (FREE, 1) if rc == FREE else (rc,)
+    if kind == Kind.MAYBE_RELEASE:
+        return (rc, rc - 1) if rc >= 1 else (FREE,)
+    return (rc, rc + 1) if rc >= 1 else (FREE,)  # MAYBE_RETAIN: a refused retain changes nothing
+
+
+@dataclass(frozen=True, slots=True)
+class BlockOp:
+    """History operation ``index`` as a block's model sees it, taking effect in positions [lo, hi]."""
+
+    index: int
+    kind: Kind
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """A history in model terms: per-block operations, wildcards, empty-pool constraints, bad results."""
+
+    blocks: tuple[tuple[BlockOp, ...], ...]
+    wildcards: tuple[BlockOp, ...]  # MAYBE_ACQUIRE of some block, nobody knows which
+    empties: tuple[BlockOp, ...]  # HELD for every block at one shared position
+    bad: tuple[tuple[int, str], ...]  # (index, why): answers no correct pool gives
+    positions: int  # every finite position is below this
+
+
+@dataclass(frozen=True, slots=True)
+class _Mapped:
+    target: int  # a block id, ANY_BLOCK or EMPTY_POOL
+    kind: Kind
+    settled: bool  # False: may take effect after its end (info or pending), so hi is OPEN
+
+
+_MODELLED = frozenset({"acquire", "release", "retain", "mark_in_use"})
+
+
+def translate(history: Sequence[Operation], num_blocks: int) -> Translation:
+    """Map the operations the model knows; write, verify and check carry no state and are skipped."""
+    ops = [op for op in history if op.name in _MODELLED]
+    times = sorted({op.start for op in ops} | {op.end for op in ops if op.end is not None})
+    position = {t: 2 * k for k, t in enumerate(times)}
+    blocks: list[list[BlockOp]] = [[] for _ in range(num_blocks)]
+    wildcards: list[BlockOp] = []
+    empties: list[BlockOp] = []
+    bad: list[tuple[int, str]] = []
+    for op in ops:
+        mapped = _map(op, num_blocks)
+        if isinstance(mapped, str):
+            bad.append((op.index, mapped))
+            continue
+        if mapped is None:
+            continue
+        lo = position[op.start]
+        hi = position[op.end] if mapped.settled and op.end is not None else OPEN
+        block_op = BlockOp(op.index, mapped.kind, lo, max(lo, hi))
+        if mapped.target == ANY_BLOCK:
+            wildcards.append(block_op)
+        elif mapped.target == EMPTY_POOL:
+            empties.append(block_op)
+        else:
+            blocks[mapped.target].append(block_op)
+    return Translation(
+        tuple(map(tuple, blocks)), tuple(wildcards), tuple(empties), tuple(bad), 2 * len(times)
+    )
+
+
+def _map(op: Operation, num_blocks: int) -> _Mapped | str | None:
+    """The model's view of one operation; a string says why no correct pool answers so; None: no effect."""
+    # "raised" ops returned, so whatever they did happened before their end; "info", "pending"
+    # and outcomes we do not know may take effect at any later time, or never.
+    settled = op.outcome in ("ok", "raised")
+    if op.name == "acquire":
+        return _map_acquire(op, num_blocks, settled)
+    block = _block_arg(op.args, num_blocks)
+    if block is None:
+        return None  # no block of this pool: the call cannot have changed one
+    if op.name == "release":
+        kind = _release_kind(op)
+        return None if kind is None else _Mapped(block, kind, settled)
+    if op.name == "retain":
+        return _Mapped(block, Kind.RETAIN if op.outcome == "ok" else Kind.MAYBE_RETAIN, settled)
+    # mark_in_use changes no count: only a successful one says something (the block was held).
+    return _Mapped(block, Kind.HELD, True) if op.outcome == "ok" else None
+
+
+def _map_acquire(op: Operation, num_blocks: int, settled: bool) -> _Mapped | str:
+    result = op.result
+    if op.outcome in ("ok", "info") and result is None:
+        # It answered None: it took nothing, and the pool was empty at some instant it waited.
+        return _Mapped(EMPTY_POOL, Kind.HELD, True)
+    if isinstance(result, int) and not isinstance(result, bool) and 0 <= result < num_blocks:
+        kind = Kind.ACQUIRE if op.outcome == "ok" else Kind.MAYBE_ACQUIRE
+        return _Mapped(result, kind, settled)
+    if op.outcome == "ok":
+        return f"acquire returned {result!r} ({type(result).__name__}), not a block id in 0..{num_blocks - 1}"
+    # Cancelled, raised or never returned: it may have taken a block the caller never saw.
+    return _Mapped(ANY_BLOCK, Kind.MAYBE_ACQUIRE, settled)
+
+
+def _release_kind(op: Operation) -> Kind | None:
+    if op.outcome != "ok" or not isinstance(op.result, bool):
+        return Kind.MAYBE_RELEASE
+    if op.result:
+        return Kind.RELEASE_TRUE
+    # A double release goes through a handle from an earlier tenancy, which cannot touch the
+    # block's next holder (README): False is right in any state and changes nothing. Modelled as
+    # a release of whatever the block holds now, it would blame the pool for a stale handle.
+    return None if op.args.get("double") else Kind.RELEASE_FALSE
+
+
+def _block_arg(args: Mapping[str, Any], num_blocks: int) -> int | None:
+    block = args.get("block")
+    if isinstance(block, int) and not isinstance(block, bool) and 0 <= block < num_blocks:
+        return block
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolOp:
+    """An operation as the whole pool's model sees it: on ``target``, a block id, ANY_BLOCK or
+    EMPTY_POOL. For the search that needs no partition, when the partitioned one cannot decide."""
+
+    target: int
+    op: BlockOp
+
+
+State = tuple[int, ...]
+
+
+def pool_ops(model: Translation) -> list[PoolOp]:
+    """Every operation of the translation, in start order."""
+    ops = [PoolOp(b, op) for b, block in enumerate(model.blocks) for op in block]
+    ops += [PoolOp(ANY_BLOCK, op) for op in model.wildcards]
+    ops += [PoolOp(EMPTY_POOL, op) for op in model.empties]
+    return sorted(ops, key=lambda p: (p.op.lo, p.op.hi, p.op.index))
+
+
+def pool_moves(ops: Sequence[PoolOp]) -> Callable[[int, State], tuple[State, ...]]:
+    """The whole pool's transitions: a state is every block's refcount."""
+
+    def moves(i: int, state: State) -> tuple[State, ...]:
+        target, kind = ops[i].target, ops[i].op.kind
+        if target >= 0:
+            return tuple((*state[:target], rc, *state[target + 1 :]) for rc in step(kind, state[target]))
+        if target == EMPTY_POOL:
+            return (state,) if all(state) else ()
+        takes = tuple((*state[:b], 1, *state[b + 1 :]) for b, rc in enumerate(state) if rc == FREE)
+        return (state, *takes)
+
+    return moves
+
+
+def pool_classes(ops: Sequence[PoolOp]) -> list[int]:
+    """Open operations with the same target and kind are interchangeable once begun."""
+    ids: dict[tuple[int, Kind], int] = {}
+    return [ids.setdefault((p.target, p.op.kind), len(ids)) for p in ops]

@@ -1,0 +1,486 @@
+"""The linearizability checker: hand-written histories, and properties over simulated ones."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from kvstress import Operation
+from kvstress.linearize import LinearizabilityResult, check_history
+from kvstress.linearize._model import ANY_BLOCK as ANY
+from kvstress.linearize._model import EMPTY_POOL as EMPTY
+from kvstress.linearize._model import BlockOp, step, translate
+
+
+@dataclass
+class History:
+    """Builds a history: each call appends one operation with the next index."""
+
+    ops: list[Operation] = field(default_factory=list)
+
+    def add(
+        self,
+        worker: str,
+        name: str,
+        args: Mapping[str, Any],
+        start: float,
+        end: float | None,
+        result: Any = None,
+        outcome: str = "ok",
+    ) -> int:
+        """Append one operation; returns its index."""
+        index = len(self.ops)
+        self.ops.append(Operation(index, worker, name, dict(args), start, end, outcome, result))
+        return index
+
+    def acquire(self, worker: str, start: float, end: float | None, block: Any, outcome: str = "ok") -> int:
+        """An acquire that answered ``block``."""
+        return self.add(worker, "acquire", {"timeout": 0.0}, start, end, block, outcome)
+
+    def release(
+        self, worker: str, start: float, end: float | None, block: int, result: Any, **extra: Any
+    ) -> int:
+        """A release of ``block`` that answered ``result``."""
+        outcome = "pending" if end is None else extra.pop("outcome", "ok")
+        return self.add(worker, "release", {"block": block, **extra}, start, end, result, outcome)
+
+    def check(self, num_blocks: int, time_limit: float = 5.0) -> LinearizabilityResult:
+        """The checker's verdict."""
+        return check_history(self.ops, num_blocks, time_limit=time_limit)
+
+
+# -- hand-written histories ----------------------------------------------------------------------
+
+
+def test_sequential_life_cycle_is_ok() -> None:
+    """acquire, retain, mark, two releases and a fresh acquire, one after another, are ok."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.add("w0", "retain", {"block": 0, "for": "w1"}, 2, 3)
+    h.add("w0", "mark_in_use", {"block": 0}, 4, 5)
+    h.add("w0", "write", {"block": 0, "canary": 1.0}, 5, 6)
+    h.release("w0", 6, 7, 0, False)
+    h.release("w1", 8, 9, 0, True)
+    h.acquire("w1", 10, 11, 0)
+    result = h.check(1)
+    assert result.status == "ok", result
+
+
+def test_overlapping_acquires_of_different_blocks_are_ok() -> None:
+    """Two concurrent acquires handing out different blocks are ok."""
+    h = History()
+    h.acquire("w0", 0, 2, 1)
+    h.acquire("w1", 1, 3, 0)
+    assert h.check(2).status == "ok"
+
+
+def test_release_overlapping_the_next_acquire_of_its_block_is_ok() -> None:
+    """An acquire that overlaps the release of the same block can follow it."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.release("w0", 2, 4, 0, True)
+    h.acquire("w1", 3, 5, 0)
+    assert h.check(1).status == "ok"
+
+
+def test_one_block_handed_out_twice_is_a_violation() -> None:
+    """Two overlapping acquires answering the same block, with no release between, fail."""
+    h = History()
+    first = h.acquire("w0", 0, 2, 0)
+    second = h.acquire("w1", 1, 3, 0)
+    result = h.check(2)
+    assert (result.status, result.block, result.witness) == ("violation", 0, (first, second))
+    assert "w1: acquire(timeout=0.0) -> 0" in result.message
+
+
+def test_two_true_releases_of_one_tenancy_are_a_violation() -> None:
+    """Release answering True twice for one acquire fails; the witness keeps the acquire."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.release("w0", 2, 3, 0, True)
+    h.release("w1", 4, 5, 0, True)
+    result = h.check(1)
+    assert (result.status, result.block, result.witness) == ("violation", 0, (0, 1, 2))
+
+
+def test_last_reference_released_with_false_is_a_violation() -> None:
+    """A release of the only reference must answer True."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.release("w0", 2, 3, 0, False)
+    assert h.check(1).status == "violation"
+
+
+def test_none_while_another_block_sat_free_is_a_violation() -> None:
+    """acquire answering None while a block was FREE throughout its call fails."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    empty = h.acquire("w1", 2, 3, None, outcome="info")
+    result = h.check(2)
+    assert (result.status, result.block, result.witness) == ("violation", None, (empty,))
+
+
+def test_none_while_the_pool_was_empty_at_one_instant_is_ok() -> None:
+    """acquire answering None is ok when every block was held at some instant of its call."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.acquire("w1", 2, 4, 1)  # the pool may be empty from its linearization on
+    h.release("w0", 5, 7, 0, True)
+    h.acquire("w2", 3, 6, None, outcome="info")  # empty in [4, 5] and maybe later
+    assert h.check(2).status == "ok"
+
+
+def test_none_across_staggered_tenancies_is_a_violation() -> None:
+    """Each block held during part of the call, never both at once: no empty instant."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.release("w0", 5, 5.5, 0, True)
+    h.acquire("w1", 5.6, 6, 1)
+    empty = h.acquire("w2", 2, 8, None, outcome="info")
+    result = h.check(2)
+    assert (result.status, result.block) == ("violation", None)
+    assert empty in result.witness
+    sub = [op for op in h.ops if op.index in result.witness]
+    assert check_history(sub, 2).status == "violation"
+
+
+def test_cancelled_acquire_may_have_taken_the_block() -> None:
+    """A cancelled acquire may hold the block nobody saw, which explains a later None."""
+    h = History()
+    h.acquire("w0", 0, 1, "cancelled", outcome="info")
+    h.acquire("w1", 2, 3, None, outcome="info")
+    assert h.check(1).status == "ok"
+
+
+def test_cancelled_acquire_cannot_take_a_block_handed_out_later() -> None:
+    """If the cancelled acquire took the only block, no later acquire gets it: a violation."""
+    h = History()
+    h.acquire("w0", 0, 1, "cancelled", outcome="info")
+    h.acquire("w1", 2, 3, None, outcome="info")
+    h.acquire("w2", 4, 5, 0)
+    assert h.check(1).status == "violation"
+
+
+def test_one_cancelled_acquire_explains_one_block_only() -> None:
+    """A wildcard may be used by one block: two blocks both needing it is a violation."""
+    h = History()
+    h.acquire("w0", 0, 1, "cancelled", outcome="info")
+    h.acquire("w1", 2, 3, None, outcome="info")
+    assert h.check(2).status == "violation"
+
+
+@pytest.mark.parametrize(("pending_start", "status"), [(11, "ok"), (12, "violation")])
+def test_wildcards_and_an_empty_instant_settled_together(pending_start: float, status: str) -> None:
+    """Each block needs its own wildcard at the one empty instant: the pool-wide search decides."""
+    h = History()
+    h.acquire("w0", 6, 7, "cancelled", outcome="info")  # takes block 0 before its release
+    h.release("w1", 9, 11, 0, True)
+    h.acquire("w2", pending_start, None, None, outcome="pending")  # takes block 1 at 11, or too late
+    h.acquire("w3", 8, 13, None, outcome="info")  # empty only at 11, between the two
+    assert h.check(2).status == status
+
+
+def test_pending_release_may_have_taken_effect() -> None:
+    """A release that never returned may have freed the block for a later acquire."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.release("w0", 2, None, 0, None)
+    h.acquire("w1", 3, 4, 0)
+    assert h.check(1).status == "ok"
+
+
+def test_pending_acquire_may_never_take_effect() -> None:
+    """An acquire that never returned constrains nothing when it took nothing."""
+    h = History()
+    h.acquire("w0", 0, None, None, outcome="pending")
+    h.acquire("w1", 1, 2, 0)
+    h.release("w1", 3, 4, 0, True)
+    assert h.check(1).status == "ok"
+
+
+def test_stale_double_release_answering_false_is_ok() -> None:
+    """A double release through an old handle answers False even while someone else holds the block."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.release("w0", 2, 3, 0, True)
+    h.acquire("w1", 4, 5, 0)
+    h.release("w0", 6, 7, 0, False, double=True)
+    assert h.check(1).status == "ok"
+
+
+def test_refused_misuse_is_ok() -> None:
+    """A retain on a FREE block that raised is what the protocol asks for."""
+    h = History()
+    h.add("w0", "retain", {"block": 0, "for": "w1", "misuse": True}, 0, 1, "InvalidTransition: x", "raised")
+    h.acquire("w0", 2, 3, 0)
+    assert h.check(1).status == "ok"
+
+
+def test_witness_keeps_the_tenancy_it_breaks() -> None:
+    """The witness fails on its own, passes without its last operation, and skips other blocks."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.acquire("w1", 2, 3, 1)
+    h.release("w0", 4, 5, 0, True)
+    h.release("w1", 6, 7, 1, True)
+    h.release("w0", 8, 9, 0, True)
+    result = h.check(2)
+    assert (result.status, result.block, result.witness) == ("violation", 0, (0, 2, 4))
+
+
+def test_id_out_of_range_is_a_violation() -> None:
+    """An acquire answering an id outside the pool fails, naming the id."""
+    h = History()
+    bad = h.acquire("w0", 0, 1, 7)
+    result = h.check(2)
+    assert (result.status, result.witness) == ("violation", (bad,))
+    assert "acquire returned 7" in result.message
+
+
+def test_quiet_check_operations_are_ignored() -> None:
+    """The harness's own check operations do not count as pool operations."""
+    h = History()
+    h.add("harness", "check", {}, 0, 1, {"free_count": 1, "free_ids": [0]})
+    h.acquire("w0", 2, 3, 0)
+    assert h.check(1).status == "ok"
+
+
+def test_time_limit_yields_unknown() -> None:
+    """A search the time limit cuts short answers unknown, never a violation."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    for k in range(12):  # one release short of explaining the True: an exhaustive search
+        h.add(f"r{k}", "retain", {"block": 0, "for": "x"}, 2, 3)
+        if k:
+            h.release(f"f{k}", 2, 3, 0, False)
+    h.release("t", 2, 3, 0, True)
+    result = h.check(1, time_limit=0.05)
+    assert result.status == "unknown", result
+    assert h.check(1, time_limit=0.0).status == "unknown"
+
+
+def test_bad_arguments_are_named() -> None:
+    """num_blocks and time_limit are checked, and the error names them."""
+    with pytest.raises(ValueError, match="num_blocks"):
+        check_history([], -1)
+    with pytest.raises(ValueError, match="time_limit"):
+        check_history([], 1, time_limit=-1.0)
+    with pytest.raises(ValueError, match="status"):
+        LinearizabilityResult("maybe")
+
+
+# -- simulated histories -------------------------------------------------------------------------
+
+
+@dataclass
+class Simulation:
+    """A correct pool run one operation at a time; operation k takes effect at time k + 1."""
+
+    rng: random.Random
+    num_blocks: int
+    workers: int
+    refcounts: list[int] = field(default_factory=list)
+    held: dict[str, list[int]] = field(default_factory=dict)
+    released: dict[str, list[int]] = field(default_factory=dict)
+    steps: list[tuple[str, str, dict[str, Any], Any, str]] = field(default_factory=list)
+    before: list[tuple[int, ...]] = field(default_factory=list)  # refcounts before each step
+
+    def run(self, count: int, cancels: bool) -> None:
+        """Take ``count`` steps, each by a random worker."""
+        self.refcounts = [0] * self.num_blocks
+        names = [f"w{k}" for k in range(self.workers)]
+        self.held = {w: [] for w in names}
+        self.released = {w: [] for w in names}
+        for _ in range(count):
+            self.before.append(tuple(self.refcounts))
+            self.steps.append(self._step(self.rng.choice(names), cancels))
+
+    def _step(self, w: str, cancels: bool) -> tuple[str, str, dict[str, Any], Any, str]:
+        rng, mine = self.rng, self.held[w]
+        free = [b for b, rc in enumerate(self.refcounts) if rc == 0]
+        move = rng.choice(["acquire", "acquire", "release", "retain", "mark", "double", "cancel", "misuse"])
+        if move == "cancel" and cancels:
+            if free and rng.random() < 0.5:
+                self.refcounts[rng.choice(free)] = 1  # taken, never seen by anyone: leaked
+            return (w, "acquire", {"timeout": None}, "cancelled", "info")
+        if move == "misuse" and free:
+            return (w, "retain", {"block": rng.choice(free), "for": w, "misuse": True}, "refused", "raised")
+        if move == "double" and self.released[w]:
+            return (w, "release", {"block": rng.choice(self.released[w]), "double": True}, False, "ok")
+        if move in ("release", "retain", "mark") and mine:
+            block = rng.choice(mine)
+            if move == "mark":
+                return (w, "mark_in_use", {"block": block}, None, "ok")
+            if move == "retain":
+                self.refcounts[block] += 1
+                self.held[rng.choice(list(self.held))].append(block)
+                return (w, "retain", {"block": block, "for": w}, None, "ok")
+            mine.remove(block)
+            self.refcounts[block] -= 1
+            self.released[w].append(block)
+            return (w, "release", {"block": block}, self.refcounts[block] == 0, "ok")
+        if not free:
+            return (w, "acquire", {"timeout": 0.0}, None, "info")
+        block = rng.choice(free)
+        self.refcounts[block] = 1
+        mine.append(block)
+        return (w, "acquire", {"timeout": 0.0}, block, "ok")
+
+    def history(self, overlap: bool, pend_last: bool) -> list[Operation]:
+        """Operations whose intervals contain their step's time; ``overlap`` widens them at random."""
+        ops: list[Operation] = []
+        last_end: dict[str, float] = {}
+        next_time = self._next_times()
+        for k, (w, name, args, result, outcome) in enumerate(self.steps):
+            t = k + 1.0
+            start = self.rng.uniform(last_end.get(w, 0.0), t) if overlap else t
+            later = next_time[k]
+            end: float | None = self.rng.uniform(t, later or t + 3.0) if overlap else t + 0.5
+            if pend_last and later is None and name in ("acquire", "release"):
+                end, outcome = None, "pending"
+            last_end[w] = start if end is None else end
+            ops.append(Operation(k, w, name, args, start, end, outcome, result))
+        return ops
+
+    def _next_times(self) -> list[float | None]:
+        """The time of each step's worker's next step (its interval ends before it); None for the last."""
+        following: dict[str, float] = {}
+        out: list[float | None] = [None] * len(self.steps)
+        for k in range(len(self.steps) - 1, -1, -1):
+            w = self.steps[k][0]
+            out[k] = following.get(w)
+            following[w] = k + 1.0
+        return out
+
+
+def simulate(rng: random.Random, blocks: int, workers: int, count: int, cancels: bool) -> Simulation:
+    """A finished simulation."""
+    sim = Simulation(rng, blocks, workers)
+    sim.run(count, cancels)
+    return sim
+
+
+runs = st.tuples(st.randoms(use_true_random=False), st.integers(1, 4), st.integers(2, 4), st.integers(1, 40))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs, st.booleans(), st.booleans())
+def test_correct_histories_are_ok(
+    run: tuple[random.Random, int, int, int], cancels: bool, pend: bool
+) -> None:
+    """A correct pool's history, with overlapping intervals around a legal order, is ok."""
+    rng, blocks, workers, count = run
+    sim = simulate(rng, blocks, workers, count, cancels)
+    ops = sim.history(overlap=True, pend_last=pend)
+    result = check_history(ops, blocks, time_limit=10.0)
+    assert result.status == "ok", result
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs, st.sampled_from(["flip", "duplicate"]), st.data())
+def test_mutated_sequential_histories_are_violations(
+    run: tuple[random.Random, int, int, int], mutation: str, data: st.DataObject
+) -> None:
+    """A sequential history with a flipped last release or a block handed out twice fails."""
+    rng, blocks, workers, count = run
+    # A block a cancelled acquire took is held by nobody anyone saw: handing it out may be fine.
+    sim = simulate(rng, blocks, workers, count, cancels=mutation == "flip")
+    ops = sim.history(overlap=False, pend_last=False)
+    if mutation == "flip":
+        targets = [op for op in ops if op.name == "release" and op.result is True]
+        assume(targets)
+        op = data.draw(st.sampled_from(targets))
+        ops[op.index] = replace(op, result=False)
+    else:
+        targets = [
+            (op, b)
+            for op in ops
+            if op.name == "acquire" and op.outcome == "ok"
+            for b, rc in enumerate(sim.before[op.index])
+            if rc > 0
+        ]
+        assume(targets)
+        op, block = data.draw(st.sampled_from(targets))
+        ops[op.index] = replace(op, result=block)
+    result = check_history(ops, blocks, time_limit=10.0)
+    assert result.status == "violation", result
+    sub = [o for o in ops if o.index in result.witness]
+    assert check_history(sub, blocks, time_limit=10.0).status == "violation"
+
+
+# -- against a brute-force oracle on small random histories --------------------------------------
+
+
+def oracle(ops: list[Operation], num_blocks: int) -> bool:
+    """Linearizable, by trying every order of the whole pool's operations (no partitioning)."""
+    model = translate(ops, num_blocks)
+    if model.bad:
+        return False
+    steps = [(b, op) for b, block in enumerate(model.blocks) for op in block]
+    steps += [(ANY, op) for op in model.wildcards] + [(EMPTY, op) for op in model.empties]
+    seen: set[tuple[frozenset[int], tuple[int, ...]]] = set()
+
+    def outcomes(target: int, op: BlockOp, state: tuple[int, ...]) -> list[tuple[int, ...]]:
+        if target == EMPTY:
+            return [state] if all(state) else []
+        if target == ANY:
+            return [state] + [(*state[:b], 1, *state[b + 1 :]) for b in range(num_blocks) if not state[b]]
+        return [(*state[:target], rc, *state[target + 1 :]) for rc in step(op.kind, state[target])]
+
+    def search(done: frozenset[int], state: tuple[int, ...]) -> bool:
+        if len(done) == len(steps):
+            return True
+        if (done, state) in seen:
+            return False
+        seen.add((done, state))
+        waiting = [k for k in range(len(steps)) if k not in done]
+        for k in waiting:
+            target, op = steps[k]
+            if any(steps[j][1].hi < op.lo for j in waiting):
+                continue  # something that must come first has not happened yet
+            if any(search(done | {k}, after) for after in outcomes(target, op, state)):
+                return True
+        return False
+
+    return search(frozenset(), (0,) * num_blocks)
+
+
+@st.composite
+def random_histories(draw: st.DrawFn) -> tuple[list[Operation], int]:
+    """Up to 7 operations with random times, answers and outcomes: many are not linearizable."""
+    blocks = draw(st.integers(1, 3))
+    ops = []
+    for index in range(draw(st.integers(1, 7))):
+        name = draw(st.sampled_from(["acquire", "acquire", "release", "retain", "mark_in_use"]))
+        start = draw(st.integers(0, 8))
+        end = start + draw(st.integers(0, 4))
+        outcome = draw(st.sampled_from(["ok", "ok", "ok", "info", "pending", "raised"]))
+        if name == "acquire":
+            result = draw(st.sampled_from([None, "cancelled", *range(blocks)]))
+            args: dict[str, Any] = {"timeout": 0.0}
+        else:
+            result = draw(st.sampled_from([True, False, None])) if name == "release" else None
+            args = {"block": draw(st.integers(0, blocks - 1))}
+            if name == "release" and draw(st.booleans()):
+                args["double"] = True
+        final = None if outcome == "pending" else float(end)
+        ops.append(Operation(index, f"w{index}", name, args, float(start), final, outcome, result))
+    return ops, blocks
+
+
+@settings(max_examples=1500, deadline=None)
+@given(random_histories())
+def test_agrees_with_the_brute_force_oracle(case: tuple[list[Operation], int]) -> None:
+    """On small random histories the verdict matches trying every order (unknown is allowed)."""
+    ops, blocks = case
+    result = check_history(ops, blocks, time_limit=10.0)
+    if result.status != "unknown":
+        assert (result.status == "ok") == oracle(ops, blocks), result
+    if result.status == "violation":
+        assert not oracle([op for op in ops if op.index in result.witness], blocks)
