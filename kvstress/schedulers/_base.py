@@ -143,3 +143,17 @@ class SchedulerBase(ABC):
             f"{type(self).__name__}.{method} called outside an execution: call new_execution() "
             "first, and stop when it returns False"
         )
+
+
+class OneShotScheduler(SchedulerBase):
+    """A strategy with exactly one execution (replay, a Hypothesis example): then it is done."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self._used = False
+
+    def _begin(self) -> bool:
+        if self._used:
+            return False
+        self._used = True
+        return True

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
-from kvstress.schedulers._base import SchedulerBase
+from kvstress.schedulers._base import OneShotScheduler
 
 
-class HypothesisScheduler(SchedulerBase):
+class HypothesisScheduler(OneShotScheduler):
     """Draws each decision from ``source``, a ``random.Random`` whose values come from Hypothesis.
 
     Option 0 continues the current task, so Hypothesis, which shrinks towards fewer and smaller
@@ -34,13 +34,6 @@ class HypothesisScheduler(SchedulerBase):
             raise TypeError(f"source must be a random.Random from st.randoms(), got {type(source).__name__}")
         super().__init__(seed=0)
         self._source = source
-        self._used = False
-
-    def _begin(self) -> bool:
-        if self._used:
-            return False
-        self._used = True
-        return True
 
     def _execution_seed_for_next(self) -> int:
         return self._source.getrandbits(64)

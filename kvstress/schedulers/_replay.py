@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvstress.schedulers._base import SchedulerBase
+from kvstress.schedulers._base import OneShotScheduler
 from kvstress.schedulers._errors import ScheduleDivergence
 from kvstress.schedulers._schedule import RANDOM_DRAW, Schedule
 
 
-class ReplayScheduler(SchedulerBase):
+class ReplayScheduler(OneShotScheduler):
     """Replays ``schedule`` (a ``Schedule`` or its ``ks1:`` text) for one execution.
 
     Task choices are taken from the schedule, random values are regenerated from its seed, and
@@ -27,18 +27,11 @@ class ReplayScheduler(SchedulerBase):
             raise TypeError(f"schedule must be a Schedule or its encoded str, got {type(schedule).__name__}")
         super().__init__(schedule.seed)
         self.replayed = schedule
-        self._used = False
 
     @property
     def finished(self) -> bool:
         """True when the run has consumed every recorded choice."""
         return self.choices_so_far == len(self.replayed.choices)
-
-    def _begin(self) -> bool:
-        if self._used:
-            return False
-        self._used = True
-        return True
 
     def _execution_seed_for_next(self) -> int:
         return self.replayed.seed
