@@ -44,12 +44,17 @@ PUBLIC = {
     "SchedulerExhausted",
     "SchedulerMisbehaved",
     "StepLimitExceeded",
+    "StuckThread",
     "TaskStepTrace",
+    "ThreadDeadlock",
     "controlled_loop_factory",
     "current_loop",
     "explore",
+    "explore_threads",
     "run_controlled",
+    "run_threads",
     "seeded_trio_run",
+    "spawn",
 }
 
 

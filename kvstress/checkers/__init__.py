@@ -18,3 +18,4 @@ from kvstress.checkers._transitions import check_refcount as check_refcount
 from kvstress.checkers._transitions import check_release_accounting as check_release_accounting
 from kvstress.checkers._transitions import check_release_result as check_release_result
 from kvstress.checkers._transitions import check_state as check_state
+from kvstress.checkers._wakeups import check_wakeups as check_wakeups

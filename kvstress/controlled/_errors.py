@@ -1,4 +1,4 @@
-"""What the controlled event loop raises instead of hanging or guessing."""
+"""What controlled execution (the event loop, the thread baton) raises instead of hanging or guessing."""
 
 from __future__ import annotations
 
@@ -16,11 +16,17 @@ class Deadlock(ControlledLoopError):
 
 
 class StepLimitExceeded(ControlledLoopError):
-    """One ``run_until_complete``/``run_forever`` ran ``max_steps`` callbacks without finishing.
+    """An execution ran ``max_steps`` callbacks (the loop) or scheduling points (threads) without
+    finishing.
 
-    A livelock (tasks keep waking each other; under PCT, a task busy-waiting with
-    ``sleep(0)``), or a program longer than the bound.
+    A livelock (tasks keep waking each other), a spin (virtual time never moves while a task or
+    thread stays runnable, so a wait that polls without parking never reaches its deadline), or
+    a program longer than the bound. ``culprit`` names the task or thread that ran last.
     """
+
+    def __init__(self, message: str, culprit: str | None = None) -> None:
+        super().__init__(message)
+        self.culprit = culprit
 
 
 class SchedulerExhausted(ControlledLoopError):
@@ -32,3 +38,50 @@ class SchedulerExhausted(ControlledLoopError):
 
 class SchedulerMisbehaved(ControlledLoopError):
     """The scheduler chose a task that was not among the runnable ones it was offered."""
+
+
+class ThreadDeadlock(Deadlock):
+    """Every live controlled thread is blocked and none has a deadline: nothing can ever run.
+
+    ``wait_for`` maps each blocked thread to what it waits for and the thread that must act
+    (None when no single thread is known, as for an Event or a Condition); ``cycle`` is a cycle
+    of threads waiting on each other, or () when the wait is for something nobody will do.
+    """
+
+    def __init__(self, now: float, wait_for: dict[str, tuple[str, str | None]]) -> None:
+        self.now = now
+        self.wait_for = dict(wait_for)
+        self.cycle = _cycle({name: holder for name, (_, holder) in wait_for.items()})
+        lines = [f"  {name} waits for {what}" for name, (what, _) in sorted(self.wait_for.items())]
+        cycle = f"; cycle: {' -> '.join(self.cycle)}" if self.cycle else ""
+        super().__init__(
+            f"deadlock at virtual time {now:g} s: every live thread is blocked and none has a "
+            f"deadline{cycle}. Wait-for graph:\n" + "\n".join(lines)
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.now, self.wait_for))
+
+
+class StuckThread(ControlledLoopError):
+    """A controlled thread kept running without reaching a scheduling point for too long.
+
+    It blocked in something the controller does not see (a real lock, I/O, a C call) or spins
+    outside the traced modules. The run is reported and the thread abandoned (a daemon).
+    """
+
+
+def _cycle(holders: dict[str, str | None]) -> tuple[str, ...]:
+    """A cycle in waiter -> holder edges, starting from its smallest name; () when none."""
+    for start in sorted(holders):
+        path: list[str] = [start]
+        node = holders.get(start)
+        while node is not None and node not in path:
+            path.append(node)
+            node = holders.get(node)
+        if node is not None:
+            loop = path[path.index(node) :]
+            first = loop.index(min(loop))
+            loop = loop[first:] + loop[:first]
+            return (*loop, loop[0])
+    return ()

@@ -105,9 +105,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self._idle()
             return  # the timers or I/O just made ready are run from the next iteration
         if self._budget <= 0:
+            culprit = next((t.get_name() for t, lane in self._lanes.items() if lane == self._current), None)  # type: ignore[attr-defined]
             raise StepLimitExceeded(
-                f"the controlled loop ran {self.max_steps} callbacks in one run without finishing "
-                "(a livelock, or a longer program: pass a larger max_steps)"
+                f"the controlled loop ran {self.max_steps} callbacks in one run without finishing: a "
+                f"livelock or a spin (task {culprit!r} ran last, virtual time {self._now:g} s), or a "
+                "longer program (pass a larger max_steps)",
+                culprit,
             )
         handle = self._choose(ready)
         if handle is None:

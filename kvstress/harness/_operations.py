@@ -8,6 +8,7 @@ operations share is declared here and set up by ``PoolDriver``.
 from __future__ import annotations
 
 import inspect
+import math
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -35,10 +36,14 @@ class Operations:
     history: History
     ledger: Ledger
     loop: LoopThread | None
+    is_async: bool  # the pool's acquire is a coroutine function: operations run as tasks
     sequential: bool  # False while several operations may be in flight
-    virtual_time: bool
+    virtual_time: bool  # the clock is virtual: no GC time to discount, no CPU to measure
+    clock: Callable[[], float] | None = None  # the harness clock; None: the loop's, or monotonic
+    thread_pause: Callable[[float], None] = staticmethod(time.sleep)  # a threaded pause step
     _workers: dict[str, ThreadWorker]
     release_calls: int = 0  # releases called so far, by anyone
+    _last_stamp: float = float("-inf")
 
     def _count_release(self) -> None:
         with self.ledger.lock:
@@ -46,7 +51,7 @@ class Operations:
 
     async def op_acquire(self, holder: str, timeout: float | None) -> int | None:
         """acquire, then: a valid id nobody holds, ACQUIRED, refcount 1, zeros, timing."""
-        index = self.history.begin(holder, "acquire", {"timeout": timeout}, self._now())
+        index = self.history.begin(holder, "acquire", {"timeout": timeout}, self._stamp())
         cpu0, start, gc0, releases0 = self._cpu(), self._now(), gc_wall_seconds(), self.release_calls
         block, suspensions = await self._call(index, "acquire", self.pool.acquire, timeout, count=True)
         elapsed, cpu = self._now() - start, self._cpu_since(cpu0)
@@ -59,7 +64,7 @@ class Operations:
             suspensions = max(0, suspensions - 2 * (self.release_calls - releases0) - 4)
         observed: dict[str, Any] = {"elapsed_s": elapsed}
         if block is None:
-            self.history.end(index, self._now(), "info", None, observed)
+            self.history.end(index, self._stamp(), "info", None, observed)
             checkers.check_timeout(timeout, False, elapsed, busy, self.backoff_bound, self.timing)
             checkers.check_parking(elapsed, cpu, suspensions, self.timing)
             free = self.num_blocks - len(self.ledger.open)
@@ -73,7 +78,7 @@ class Operations:
         block_id = self._read(index, block, "id")
         clash = self.ledger.take(holder, block_id, block) if isinstance(block_id, int) else ()
         observed["state"], observed["refcount"] = self._state(block).name, self._refcount(block)
-        self.history.end(index, self._now(), "ok", block_id, observed)
+        self.history.end(index, self._stamp(), "ok", block_id, observed)
         checkers.check_acquired(block_id, self.num_blocks, clash.holders if clash else ())
         checkers.check_zeroed(block_id, self._read(index, block, "data"))
         checkers.check_fresh_state(block_id, BlockState[observed["state"]], observed["refcount"])
@@ -84,36 +89,36 @@ class Operations:
     async def op_mark(self, holder: str, block_id: int) -> None:
         """mark_in_use, then: IN_USE."""
         handle = self.ledger.handles[block_id]
-        index = self.history.begin(holder, "mark_in_use", {"block": block_id}, self._now())
+        index = self.history.begin(holder, "mark_in_use", {"block": block_id}, self._stamp())
         await self._call(index, "mark_in_use", self.pool.mark_in_use, handle)
-        self.history.end(index, self._now(), "ok")
+        self.history.end(index, self._stamp(), "ok")
         self.ledger.open[block_id].marked = True
         checkers.check_state(block_id, self._state(handle), BlockState.IN_USE, "mark_in_use")
 
     async def op_write(self, holder: str, block_id: int) -> None:
         """Write a fresh canary over the whole block."""
         canary = self.ledger.next_canary()
-        index = self.history.begin(holder, "write", {"block": block_id, "canary": canary}, self._now())
+        index = self.history.begin(holder, "write", {"block": block_id, "canary": canary}, self._stamp())
         self._read(index, self.ledger.handles[block_id], "data").fill_(canary)
         self.ledger.open[block_id].canary = canary
-        self.history.end(index, self._now(), "ok")
+        self.history.end(index, self._stamp(), "ok")
 
     async def op_verify(self, holder: str, block_id: int) -> None:
         """The canary is intact."""
         tenancy = self.ledger.open[block_id]
         if tenancy.canary is None:
             return
-        index = self.history.begin(holder, "verify", {"block": block_id}, self._now())
+        index = self.history.begin(holder, "verify", {"block": block_id}, self._stamp())
         data = self._read(index, self.ledger.handles[block_id], "data")
-        self.history.end(index, self._now(), "ok")
+        self.history.end(index, self._stamp(), "ok")
         checkers.check_canary(block_id, data, tenancy.canary, holder)
 
     async def op_share(self, holder: str, block_id: int, to_holder: str) -> None:
         """retain, then (alone) refcount + 1."""
         handle = self.ledger.handles[block_id]
-        index = self.history.begin(holder, "retain", {"block": block_id, "for": to_holder}, self._now())
+        index = self.history.begin(holder, "retain", {"block": block_id, "for": to_holder}, self._stamp())
         await self._call(index, "retain", self.pool.retain, handle)
-        self.history.end(index, self._now(), "ok")
+        self.history.end(index, self._stamp(), "ok")
         tenancy = self.ledger.share(block_id, to_holder)
         if self.sequential:
             checkers.check_refcount(block_id, self._refcount(handle), tenancy.total_refs, "retain")
@@ -124,9 +129,9 @@ class Operations:
         handle = self.ledger.handles[block_id]
         last = self.ledger.give_up(holder, block_id)
         self._count_release()
-        index = self.history.begin(holder, "release", {"block": block_id}, self._now())
+        index = self.history.begin(holder, "release", {"block": block_id}, self._stamp())
         returned, _ = await self._call(index, "release", self.pool.release, handle, count=True)
-        self.history.end(index, self._now(), "ok", returned)
+        self.history.end(index, self._stamp(), "ok", returned)
         if returned is True:
             with self.ledger.lock:
                 self.ledger.returned[block_id] += 1
@@ -142,9 +147,9 @@ class Operations:
         handle = self.ledger.handles[block_id]
         before = (self.pool.free_count(), list(self.pool.free_ids()))
         self._count_release()
-        index = self.history.begin(holder, "release", {"block": block_id, "double": True}, self._now())
+        index = self.history.begin(holder, "release", {"block": block_id, "double": True}, self._stamp())
         returned, _ = await self._call(index, "release", self.pool.release, handle, count=True)
-        self.history.end(index, self._now(), "ok", returned)
+        self.history.end(index, self._stamp(), "ok", returned)
         after = (self.pool.free_count(), list(self.pool.free_ids()))
         checkers.check_double_release(block_id, returned, before, after)
 
@@ -152,21 +157,21 @@ class Operations:
         """retain or mark_in_use on a block nobody holds must raise."""
         handle = self.ledger.handles[block_id]
         state = self._state(handle)
-        index = self.history.begin(holder, operation, {"block": block_id, "misuse": True}, self._now())
+        index = self.history.begin(holder, operation, {"block": block_id, "misuse": True}, self._stamp())
         try:
             getattr(self.pool, operation)(handle)
         except Exception as exc:
-            self.history.end(index, self._now(), "raised", f"{type(exc).__name__}: {exc}")
+            self.history.end(index, self._stamp(), "raised", f"{type(exc).__name__}: {exc}")
             return
-        self.history.end(index, self._now(), "ok")
+        self.history.end(index, self._stamp(), "ok")
         checkers.check_misuse_raised(block_id, operation, False, state)
 
     async def op_check_quiet(self) -> None:
         """Queue, counter, conservation, states and refcounts of held blocks."""
-        index = self.history.begin("harness", "check", {}, self._now())
+        index = self.history.begin("harness", "check", {}, self._stamp())
         free_count = await self._call(index, "free_count", self.pool.free_count)
         free_ids = list(await self._call(index, "free_ids", self.pool.free_ids))
-        self.history.end(index, self._now(), "ok", {"free_count": free_count, "free_ids": free_ids})
+        self.history.end(index, self._stamp(), "ok", {"free_count": free_count, "free_ids": free_ids})
         states = {b: self._state(h) for b, h in self.ledger.handles.items()}
         held = {b: t.holders for b, t in self.ledger.open.items()}
         checkers.check_queue(free_ids, self.num_blocks, states)
@@ -204,7 +209,7 @@ class Operations:
         except Exception as exc:
             self.history.end(
                 index,
-                self._now(),
+                self._stamp(),
                 "raised",
                 f"{type(exc).__name__}: {exc}",
                 {"traceback": traceback.format_exc(limit=8)},
@@ -213,7 +218,7 @@ class Operations:
                 "crash", f"{what}({', '.join(map(repr, args))}) raised {type(exc).__name__}: {exc}"
             ) from exc
         except BaseException:  # cancelled: it may or may not have taken effect
-            self.history.end(index, self._now(), "info", "cancelled")
+            self.history.end(index, self._stamp(), "info", "cancelled")
             raise
         return (result, suspensions) if count else result
 
@@ -239,24 +244,35 @@ class Operations:
         return raw
 
     def _now(self) -> float:
-        return anyio.current_time() if self.loop is not None else time.monotonic()
+        if self.clock is not None:
+            return self.clock()
+        return anyio.current_time() if self.is_async else time.monotonic()
+
+    def _stamp(self) -> float:
+        """The history's clock. On a virtual clock, made strictly increasing: one thread or task
+        runs at a time there, so two operations at the same virtual instant still have a real
+        order, and the linearizability checker must see it."""
+        now = self._now()
+        if self.virtual_time:
+            now = self._last_stamp = max(now, math.nextafter(self._last_stamp, math.inf))
+        return now
 
     def _gc_since(self, gc0: float) -> float:
         """Wall seconds of garbage collection since ``gc0``; none counts on a virtual clock."""
         return 0.0 if self.virtual_time else gc_wall_seconds() - gc0
 
     def _cpu(self) -> float | None:
-        return None if self.loop is not None else thread_cpu_without_gc()
+        return None if self.is_async or self.virtual_time else thread_cpu_without_gc()
 
     def _cpu_since(self, cpu0: float | None) -> float | None:
         return None if cpu0 is None else thread_cpu_without_gc() - cpu0
 
     async def _pause(self, n: int) -> None:
         for _ in range(n):
-            if self.loop is not None:
+            if self.is_async:
                 await anyio.sleep(0)
             else:
-                time.sleep(0)
+                self.thread_pause(0)
 
     def _bound(self, timeout: float | None) -> float:
         return (timeout or 0.0) + self.backoff_bound + self.timing.slack + self.timing.hang_bound

@@ -34,7 +34,7 @@ class Scenarios(Operations):
         if not self.ledger.open[block_id].marked:
             await self.op_mark(releaser, block_id)
         await self.op_write(releaser, block_id)
-        if self.loop is not None:
+        if self.is_async:
             return await self._probe_on_loop(waiter, releaser, block_id, patience, park, cancel)
 
         def wait() -> tuple[int | None, float]:
@@ -79,7 +79,7 @@ class Scenarios(Operations):
                 if cancel:
                     scope.cancel()
         except BaseExceptionGroup as group:
-            raise _first_violation(group) from None
+            raise first_violation(group) from None
         if cancel or not got:
             return got[0] if got else None
         waited = answered_at[0] - freed_at - self._gc_since(gc0)
@@ -95,7 +95,7 @@ class Scenarios(Operations):
             mine = self.ledger.held_by(holder)
             if kind == "acquire":
                 block_id = None
-                with anyio.CancelScope() if self.loop is not None else _NO_SCOPE as scope:
+                with anyio.CancelScope() if self.is_async else _NO_SCOPE as scope:
                     self._scopes[holder] = scope
                     block_id = await self.op_acquire(holder, arg)
                 self._scopes.pop(holder, None)
@@ -121,7 +121,7 @@ class Scenarios(Operations):
                 for holder, program in zip(holders, programs, strict=True):
                     tg.start_soon(self.run_program, holder, program)
         except BaseExceptionGroup as group:
-            raise _first_violation(group) from None
+            raise first_violation(group) from None
 
     def _batch_threads(
         self, holders: list[str], programs: Sequence[Sequence[tuple[str, Any]]], bound: float
@@ -159,10 +159,10 @@ class _NoScope:
 _NO_SCOPE = _NoScope()
 
 
-def _first_violation(group: BaseExceptionGroup[Any]) -> BaseException:
+def first_violation(group: BaseExceptionGroup[Any]) -> BaseException:
     for exc in group.exceptions:
         if isinstance(exc, BaseExceptionGroup):
-            return _first_violation(exc)
+            return first_violation(exc)
         if isinstance(exc, InvariantViolation):
             return exc
     return group.exceptions[0]

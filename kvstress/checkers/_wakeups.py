@@ -1,0 +1,54 @@
+"""Wake-ups, judged on a whole history: no acquire keeps waiting while a block sits free.
+
+A block is *surely free* from the end of a release that returned True until the earliest
+moment anything could have taken it again: the start of any acquire that answered with that
+block after the release began (the pool may offer it before the release returns), or of any
+acquire whose effect is unknown (cancelled, raised, pending). An acquire
+that was waiting through such a stretch for longer than the pool's backoff bound plus the
+slack (and returned later still) missed a wake-up. Nothing is assumed about fairness: a block
+another waiter took is not free, and a waiter that timed out just as the block was freed is
+within the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvstress._violation import InvariantViolation, Operation
+
+
+def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: float) -> None:
+    """Raise ``lost-wakeup`` for an acquire that waited past a surely free block (see above)."""
+    bound = backoff_bound + slack
+    acquires = [op for op in history if op.name == "acquire"]
+    for release in history:
+        if release.name != "release" or release.outcome != "ok" or release.result is not True:
+            continue
+        block = release.args.get("block")
+        freed = release.end
+        if freed is None:
+            continue
+        taken = min((op.start for op in acquires if _may_take(op, block, release.start)), default=float("inf"))
+        for waiter in acquires:
+            if waiter.end is None or waiter.outcome not in ("ok", "info") or waiter.result == "cancelled":
+                continue
+            free_from, free_to = max(freed, waiter.start), min(taken, waiter.end)
+            if free_to - free_from > bound:
+                raise InvariantViolation(
+                    "lost-wakeup",
+                    f"{waiter.describe()} kept waiting for {free_to - free_from:.6g} s while block "
+                    f"{block} sat free (released by {release.worker} at {freed:.6g} s, taken again "
+                    f"{'never' if taken == float('inf') else f'at {taken:.6g} s'}); the bound is "
+                    f"{bound:.6g} s (backoff {backoff_bound:g} + slack {slack:g})",
+                    history=tuple(history),
+                )
+
+
+def _may_take(op: Operation, block: object, since: float) -> bool:
+    """Could ``op`` have taken ``block`` after ``since`` (when its release began: a pool may
+    offer it before the release returns)?"""
+    if op.end is not None and op.end < since:
+        return False
+    if op.outcome == "ok":
+        return op.result == block
+    return op.outcome in ("pending", "raised") or op.result == "cancelled"

@@ -1,0 +1,398 @@
+"""The baton: real threads, one running at a time, the scheduler choosing which, on virtual time.
+
+Every controlled thread is a real OS thread that parks on its own lock whenever it does not
+hold the baton. At a *scheduling point* (a line of a traced module, or a cooperative primitive:
+see ``_coop``) the running thread asks the scheduler which runnable thread goes next and, if it
+is another, releases that thread's lock and parks on its own. So exactly one controlled thread
+runs at any time and the order is the scheduler's, decision by decision.
+
+A thread blocked in a cooperative primitive is not runnable until the primitive wakes it or its
+deadline passes. Time is virtual: ``now`` moves only when no thread is runnable, and then jumps
+to the earliest deadline. If no thread is runnable and none has a deadline, that is a deadlock,
+reported with the wait-for graph. ``max_steps`` bounds the scheduling points of one execution
+(livelock, spinning), and a watchdog on the caller's thread reports a thread that keeps the
+baton for ``stall_timeout`` wall seconds without reaching a scheduling point (blocked in a real
+lock, a C call, an untraced spin). Whatever the program does, ``run`` returns or raises.
+"""
+
+from __future__ import annotations
+
+import _thread
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Collection, Sequence
+from types import FrameType
+from typing import Any, Protocol
+
+from kvstress.controlled._errors import (
+    SchedulerExhausted,
+    SchedulerMisbehaved,
+    StepLimitExceeded,
+    StuckThread,
+    ThreadDeadlock,
+)
+from kvstress.schedulers import Scheduler
+
+DEFAULT_THREAD_STEPS = 200_000
+"""Scheduling points one controlled execution may pass before ``StepLimitExceeded``."""
+
+DEFAULT_STALL_TIMEOUT = 5.0
+"""Wall seconds a thread may keep the baton without a scheduling point before ``StuckThread``."""
+
+_ABORT_STEPS = 10_000  # lines an aborted thread may run while unwinding before it is aborted again
+
+_ACTIVE: ThreadController | None = None
+_ACTIVE_LOCK = threading.Lock()
+
+
+class ThreadAborted(BaseException):
+    """Unwinds a controlled thread once its run is over (another thread failed, or a deadlock)."""
+
+
+class Waitable(Protocol):
+    """What a thread can block on: it says what it is and which thread, if any, holds it."""
+
+    def describe(self) -> str:
+        """A short description for the wait-for graph, e.g. ``Lock#2 held by t1``."""
+
+    def holder(self) -> int | None:
+        """The id of the thread that must act for the waiter to go on, when one is known."""
+
+
+class ControlledThread:
+    """One controlled thread's record. Only the baton holder changes any of it.
+
+    Invariants: ``waiting is None`` unless the thread is blocked; a blocked thread has a
+    ``deadline`` (virtual seconds) or None for an untimed wait; ``finished`` is final.
+    """
+
+    __slots__ = (
+        "_wake", "aborted", "deadline", "error", "finished", "ident", "name", "result", "target",
+        "tid", "timed_out", "waiting",
+    )  # fmt: skip
+
+    def __init__(self, tid: int, name: str, target: Callable[[], Any]) -> None:
+        self.tid = tid
+        self.name = name
+        self.target = target
+        self.ident: int | None = None
+        self.waiting: Waitable | None = None
+        self.deadline: float | None = None
+        self.timed_out = False
+        self.finished = False
+        self.aborted = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._wake = _thread.allocate_lock()
+        self._wake.acquire()  # held: the thread parks on it until handed the baton
+
+    @property
+    def runnable(self) -> bool:
+        """Neither finished nor blocked."""
+        return not self.finished and self.waiting is None
+
+    def __repr__(self) -> str:
+        return f"<ControlledThread t{self.tid} {self.name!r}>"
+
+
+class ThreadController:
+    """One execution of a scheduler over controlled threads; see the module docstring.
+
+    ``trace_files`` are the source files whose every line is a scheduling point. ``steps``
+    counts scheduling points, ``decisions`` the times the scheduler was asked (two or more
+    threads runnable) and ``switches`` the handoffs of the baton.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        trace_files: Collection[str] = (),
+        max_steps: int = DEFAULT_THREAD_STEPS,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        start_time: float = 0.0,
+    ) -> None:
+        if type(max_steps) is not int or max_steps < 1:
+            raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r} ({type(max_steps).__name__})")
+        if not isinstance(stall_timeout, int | float) or not stall_timeout > 0:
+            raise ValueError(f"stall_timeout must be a number of seconds > 0, got {stall_timeout!r}")
+        self.scheduler = scheduler
+        self.trace_files = frozenset(trace_files)
+        self.max_steps = max_steps
+        self.stall_timeout = float(stall_timeout)
+        self.now = float(start_time)
+        self.steps = 0
+        self.decisions = 0
+        self.switches = 0
+        self.threads: list[ControlledThread] = []
+        self.current: ControlledThread | None = None
+        self.failure: BaseException | None = None
+        self.aborting = False
+        self._serials = 0
+        self._done = threading.Event()
+
+    # -- for the cooperative primitives ------------------------------------------------------
+
+    def me(self) -> ControlledThread | None:
+        """The controlled thread running this code, or None on any other thread."""
+        current = self.current
+        if current is not None and current.ident == _thread.get_ident():
+            return current
+        return None
+
+    def serial(self) -> int:
+        """A fresh number for naming a primitive in messages (``Lock#3``)."""
+        self._serials += 1
+        return self._serials
+
+    def yield_point(self) -> None:
+        """A scheduling point: the scheduler may hand the baton to another runnable thread."""
+        me = self.me()
+        if me is None:
+            return
+        self.steps += 1
+        if self.aborting:
+            if self.steps > self.max_steps + _ABORT_STEPS:
+                raise ThreadAborted
+            return
+        if self.steps > self.max_steps:
+            self._fail_here(StepLimitExceeded(self._step_limit_message(me), me.name))
+        nxt = self._pick(me)
+        if nxt is not me:
+            self._handoff(me, nxt)
+
+    def block(self, me: ControlledThread, waitable: Waitable, deadline: float | None) -> bool:
+        """Park ``me`` on ``waitable`` until ``wake`` (True) or virtual ``deadline`` passes (False)."""
+        if self.aborting:
+            raise ThreadAborted
+        me.waiting, me.deadline, me.timed_out = waitable, deadline, False
+        nxt = self._pick(me)
+        if nxt is not me:
+            self._handoff(me, nxt)
+        return not me.timed_out
+
+    def wake(self, thread: ControlledThread) -> None:
+        """Make a blocked thread runnable again (it runs when the scheduler picks it)."""
+        thread.waiting, thread.deadline = None, None
+
+    def spawn(self, target: Callable[[], Any], name: str | None = None) -> ControlledThread:
+        """Start a controlled thread running ``target()``; a scheduling point for the caller."""
+        me = self.me()
+        if me is None:
+            raise RuntimeError("spawn() must be called from a controlled thread (inside run_threads)")
+        thread = self._start(target, name)
+        self.yield_point()
+        return thread
+
+    # -- the execution -------------------------------------------------------------------------
+
+    def run(self, main: Callable[[], Any]) -> Any:
+        """Run ``main()`` as controlled thread 0 of a new execution; return its result or raise.
+
+        Raises what the first failing thread raised, ``ThreadDeadlock``, ``StepLimitExceeded``,
+        ``StuckThread``, or ``SchedulerExhausted`` when the scheduler has no execution left.
+        """
+        global _ACTIVE
+        if not self.scheduler.new_execution():
+            raise SchedulerExhausted(f"{type(self.scheduler).__name__} has no execution left to run")
+        with _ACTIVE_LOCK:
+            if _ACTIVE is not None:
+                raise RuntimeError("another controlled thread run is in progress in this process")
+            _ACTIVE = self
+        try:
+            first = self._start(main, "main")
+            self.current = first
+            first._wake.release()
+            self._supervise()
+        finally:
+            with _ACTIVE_LOCK:
+                _ACTIVE = None
+        if self.failure is not None:
+            raise self.failure
+        return first.result
+
+    def _start(self, target: Callable[[], Any], name: str | None) -> ControlledThread:
+        thread = ControlledThread(len(self.threads), name or f"t{len(self.threads)}", target)
+        self.threads.append(thread)
+        os_thread = threading.Thread(
+            target=self._bootstrap, args=(thread,), name=f"kvstress-t{thread.tid}", daemon=True
+        )
+        os_thread.start()
+        return thread
+
+    def _bootstrap(self, me: ControlledThread) -> None:
+        me.ident = _thread.get_ident()
+        me._wake.acquire()
+        if self.trace_files:
+            sys.settrace(self._trace_call)
+        try:
+            if self.aborting:
+                raise ThreadAborted
+            me.result = me.target()
+        except ThreadAborted:
+            pass
+        except BaseException as error:  # noqa: BLE001 - any escape fails the run, as in Shuttle
+            me.error = error
+            self._record(error)
+        finally:
+            sys.settrace(None)
+            self._finish(me)
+
+    def _finish(self, me: ControlledThread) -> None:
+        me.finished = True
+        for other in self.threads:
+            if other.waiting is me:  # joiners wait on the thread itself
+                self.wake(other)
+        if not self.aborting:
+            try:
+                nxt = self._pick(me)
+            except ThreadAborted:
+                nxt = None
+            if nxt is not None and not self.aborting:
+                self._pass_to(nxt)
+                return
+        if self.aborting:
+            self._abort_next()
+        else:
+            self._done.set()
+
+    def _supervise(self) -> None:
+        """Wait for the execution to end; report a thread that keeps the baton without progress."""
+        seen, since = -1, time.monotonic()
+        while not self._done.wait(0.05):
+            progress = self.steps + self.switches
+            if progress != seen:
+                seen, since = progress, time.monotonic()
+            elif time.monotonic() - since > self.stall_timeout:
+                self._report_stuck()
+                return
+
+    def _report_stuck(self) -> None:
+        holder = self.current
+        frames = sys._current_frames()
+        frame = frames.get(holder.ident) if holder is not None and holder.ident is not None else None
+        where = "".join(traceback.format_stack(frame, limit=6)) if frame is not None else "(no stack)\n"
+        self._record(
+            StuckThread(
+                f"thread {holder.name if holder else '?'} kept running for {self.stall_timeout:g} s "
+                "without reaching a scheduling point (a real lock or I/O, a C call, or a spin "
+                f"outside the traced modules); its thread is abandoned. It was at:\n{where}"
+            )
+        )
+        self.aborting = True  # the parked threads stay parked: only the stuck one could run them
+
+    # -- choosing and handing over -------------------------------------------------------------
+
+    def _pick(self, me: ControlledThread) -> ControlledThread | None:
+        """The thread to run next after ``me``: a scheduler choice, a time jump, or a deadlock."""
+        runnable = [t.tid for t in self.threads if t.runnable]
+        if not runnable:
+            runnable = self._advance_time()
+            if not runnable:
+                if all(t.finished for t in self.threads):
+                    return None
+                self._fail_here(ThreadDeadlock(self.now, self._wait_for()))
+        if len(runnable) == 1:
+            return self.threads[runnable[0]]
+        try:
+            tid = self.scheduler.next_task(runnable, me.tid)
+        except BaseException as error:
+            self._fail_here(error)
+        if tid not in runnable:
+            self._fail_here(
+                SchedulerMisbehaved(
+                    f"{type(self.scheduler).__name__}.next_task returned {tid!r}, not one of the "
+                    f"runnable threads {runnable}"
+                )
+            )
+        self.decisions += 1
+        return self.threads[tid]
+
+    def _advance_time(self) -> list[int]:
+        timed = [t for t in self.threads if t.waiting is not None and t.deadline is not None]
+        if not timed:
+            return []
+        self.now = max(self.now, min(t.deadline for t in timed if t.deadline is not None))
+        for thread in timed:
+            if thread.deadline is not None and thread.deadline <= self.now:
+                thread.waiting, thread.deadline, thread.timed_out = None, None, True
+        return [t.tid for t in self.threads if t.runnable]
+
+    def _handoff(self, me: ControlledThread, nxt: ControlledThread) -> None:
+        self._pass_to(nxt)
+        me._wake.acquire()
+        if self.aborting:
+            raise ThreadAborted
+
+    def _pass_to(self, nxt: ControlledThread) -> None:
+        self.current = nxt
+        self.switches += 1
+        nxt._wake.release()
+
+    def _abort_next(self) -> None:
+        """Hand the baton to the next live thread to unwind it, or end the execution."""
+        for thread in self.threads:
+            if not thread.finished and not thread.aborted:
+                thread.aborted = True
+                self._pass_to(thread)
+                return
+        self._done.set()
+
+    def _record(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error
+        self.aborting = True
+
+    def _fail_here(self, error: BaseException) -> Any:
+        self._record(error)
+        raise ThreadAborted
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def _wait_for(self) -> dict[str, tuple[str, str | None]]:
+        """Each blocked thread -> (what it waits for, the thread that must act, if known)."""
+        graph: dict[str, tuple[str, str | None]] = {}
+        for thread in self.threads:
+            waiting = thread.waiting
+            if thread.finished or waiting is None:
+                continue
+            if isinstance(waiting, ControlledThread):
+                graph[thread.name] = (f"join({waiting.name})", waiting.name)
+            else:
+                holder = waiting.holder()
+                graph[thread.name] = (waiting.describe(), None if holder is None else self.threads[holder].name)
+        return graph
+
+    def _step_limit_message(self, me: ControlledThread) -> str:
+        frame = _outer_traced_frame(sys._getframe(1), self.trace_files)
+        where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+        return (
+            f"the controlled threads passed {self.max_steps} scheduling points without finishing: "
+            f"a livelock or a spin (thread {me.name} was running{where}, virtual time "
+            f"{self.now:g} s), or a longer program (pass a larger max_steps)"
+        )
+
+    # -- the trace hook ------------------------------------------------------------------------
+
+    def _trace_call(self, frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code.co_filename in self.trace_files:
+            return self._trace_line
+        return None
+
+    def _trace_line(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event == "line":
+            self.yield_point()
+        return self._trace_line
+
+
+def active_controller() -> ThreadController | None:
+    """The controller of the run in progress in this process, if any."""
+    return _ACTIVE
+
+
+def _outer_traced_frame(frame: FrameType | None, files: frozenset[str]) -> FrameType | None:
+    while frame is not None and frame.f_code.co_filename not in files:
+        frame = frame.f_back
+    return frame

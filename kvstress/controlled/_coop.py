@@ -1,0 +1,436 @@
+"""Cooperative stand-ins for the standard library's blocking primitives, on the baton's clock.
+
+Each has the interface and semantics of its ``threading``/``time`` namesake, but blocking hands
+the baton to another controlled thread instead of parking in the OS, timeouts run on virtual
+time, and every acquire or wait is a scheduling point. Releases wake every waiter, which then
+race for the primitive in the scheduler's order: that covers every order the OS could choose.
+
+Outside a controlled thread (building the pool before the run, reading it after) they behave
+as plain uncontended primitives; blocking there on one held by a controlled thread would wait
+forever, so it raises RuntimeError instead.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kvstress.controlled._baton import ControlledThread, ThreadController, active_controller
+
+T = TypeVar("T")
+
+
+def _here() -> tuple[ThreadController | None, ControlledThread | None]:
+    controller = active_controller()
+    return controller, (controller.me() if controller is not None else None)
+
+
+def _deadline(controller: ThreadController, blocking: bool, timeout: float | None) -> float | None:
+    """The virtual deadline of an acquire; validated as ``threading.Lock.acquire`` does."""
+    if timeout is None or timeout == -1:
+        return None
+    if not blocking:
+        raise ValueError("can't specify a timeout for a non-blocking call")
+    if timeout < 0:
+        raise ValueError("timeout value must be a non-negative number")
+    return controller.now + timeout
+
+
+def _name(kind: str) -> str:
+    controller = active_controller()
+    return f"{kind}#{controller.serial() if controller is not None else 0}"
+
+
+class _Primitive:
+    """What every primitive shares: a name, its waiters and how to wake them."""
+
+    def __init__(self, kind: str) -> None:
+        self._name = _name(kind)
+        self._waiters: list[ControlledThread] = []
+
+    def describe(self) -> str:
+        return self._name
+
+    def holder(self) -> int | None:
+        return None
+
+    def _wait(self, controller: ThreadController, me: ControlledThread, deadline: float | None) -> bool:
+        self._waiters.append(me)
+        woken = controller.block(me, self, deadline)
+        if not woken and me in self._waiters:
+            self._waiters.remove(me)
+        return woken
+
+    def _wake_all(self) -> None:
+        controller = active_controller()
+        waiters, self._waiters = self._waiters, []
+        if controller is not None:
+            for thread in waiters:
+                controller.wake(thread)
+
+    def __repr__(self) -> str:
+        return f"<cooperative {self.describe()}>"
+
+
+class Lock(_Primitive):
+    """``threading.Lock``: any thread may release it."""
+
+    def __init__(self) -> None:
+        super().__init__("Lock")
+        self._owner: ControlledThread | None = None
+        self._locked = False
+
+    def describe(self) -> str:
+        owner = f" held by {self._owner.name}" if self._owner is not None else ""
+        return f"{self._name}{owner}"
+
+    def holder(self) -> int | None:
+        return self._owner.tid if self._owner is not None else None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        controller, me = _here()
+        if controller is None or me is None:
+            return self._acquire_outside(blocking)
+        controller.yield_point()
+        deadline = _deadline(controller, blocking, timeout)
+        while self._locked:
+            if not blocking or not self._wait(controller, me, deadline):
+                if self._locked:
+                    return False
+        self._locked, self._owner = True, me
+        return True
+
+    def _acquire_outside(self, blocking: bool) -> bool:
+        if not self._locked:
+            self._locked = True
+            return True
+        if not blocking:
+            return False
+        raise RuntimeError(f"{self.describe()} is held, and this thread is not a controlled one: it would wait forever")
+
+    def release(self) -> None:
+        if not self._locked:
+            raise RuntimeError("release unlocked lock")
+        self._locked, self._owner = False, None
+        self._wake_all()
+
+    def locked(self) -> bool:
+        return self._locked
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    # What a Condition needs from its lock.
+    def _release_save(self) -> int:
+        self.release()
+        return 1
+
+    def _acquire_restore(self, saved: int) -> None:
+        self.acquire()
+
+    def _is_owned(self, me: ControlledThread | None) -> bool:
+        return self._locked and (me is None or self._owner is me)
+
+
+class RLock(Lock):
+    """``threading.RLock``: reentrant; only the owner may release."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._name = self._name.replace("Lock", "RLock")
+        self._count = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        _, me = _here()
+        if self._locked and self._owner is me and (me is not None or self._count):
+            self._count += 1
+            return True
+        if super().acquire(blocking, timeout):
+            self._count = 1
+            return True
+        return False
+
+    def release(self) -> None:
+        _, me = _here()
+        if not self._locked or self._owner is not me:
+            raise RuntimeError("cannot release un-acquired lock")
+        self._count -= 1
+        if self._count == 0:
+            super().release()
+
+    def _release_save(self) -> int:
+        count, self._count = self._count, 1
+        self.release()
+        return count
+
+    def _acquire_restore(self, saved: int) -> None:
+        self.acquire()
+        self._count = saved
+
+
+class Condition(_Primitive):
+    """``threading.Condition`` over a cooperative lock (an RLock when none is given)."""
+
+    def __init__(self, lock: Lock | None = None) -> None:
+        super().__init__("Condition")
+        if lock is not None and not isinstance(lock, Lock):
+            raise TypeError(
+                f"a controlled run's Condition needs a cooperative lock, got {type(lock).__name__}: "
+                "create the lock inside the run, from the patched threading module"
+            )
+        self._lock = lock if lock is not None else RLock()
+        self.acquire = self._lock.acquire
+        self.release = self._lock.release
+
+    def describe(self) -> str:
+        return f"notify on {self._name}"
+
+    def __enter__(self) -> bool:
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        controller, me = _here()
+        if not self._lock._is_owned(me):
+            raise RuntimeError("cannot wait on un-acquired lock")
+        if controller is None or me is None:
+            raise RuntimeError(f"{self._name}.wait() outside a controlled thread would wait forever")
+        deadline = None if timeout is None else controller.now + max(0.0, timeout)
+        saved = self._lock._release_save()
+        try:
+            return self._wait(controller, me, deadline)
+        finally:
+            self._lock._acquire_restore(saved)
+
+    def wait_for(self, predicate: Callable[[], T], timeout: float | None = None) -> T:
+        controller = active_controller()
+        end = None
+        result = predicate()
+        while not result:
+            if timeout is not None:
+                now = controller.now if controller is not None else 0.0
+                end = now + timeout if end is None else end
+                if end - now <= 0:
+                    break
+                self.wait(end - now)
+            else:
+                self.wait()
+            result = predicate()
+        return result
+
+    def notify(self, n: int = 1) -> None:
+        _, me = _here()
+        if not self._lock._is_owned(me):
+            raise RuntimeError("cannot notify on un-acquired lock")
+        controller = active_controller()
+        woken, self._waiters = self._waiters[:n], self._waiters[n:]
+        if controller is not None:
+            for thread in woken:
+                controller.wake(thread)
+
+    def notify_all(self) -> None:
+        self.notify(len(self._waiters))
+
+
+class Semaphore(_Primitive):
+    """``threading.Semaphore``."""
+
+    def __init__(self, value: int = 1) -> None:
+        if value < 0:
+            raise ValueError("semaphore initial value must be >= 0")
+        super().__init__("Semaphore")
+        self._value = value
+
+    def describe(self) -> str:
+        return f"{self._name} (value {self._value})"
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        controller, me = _here()
+        if controller is None or me is None:
+            if self._value > 0:
+                self._value -= 1
+                return True
+            if not blocking:
+                return False
+            raise RuntimeError(f"{self._name} is at 0 outside a controlled thread: it would wait forever")
+        controller.yield_point()
+        deadline = _deadline(controller, blocking, timeout)
+        while self._value == 0:
+            if not blocking or not self._wait(controller, me, deadline):
+                if self._value == 0:
+                    return False
+        self._value -= 1
+        return True
+
+    def release(self, n: int = 1) -> None:
+        if n < 1:
+            raise ValueError("n must be one or more")
+        self._value += n
+        self._wake_all()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class BoundedSemaphore(Semaphore):
+    """``threading.BoundedSemaphore``: releasing past the initial value raises ValueError."""
+
+    def __init__(self, value: int = 1) -> None:
+        super().__init__(value)
+        self._initial = value
+
+    def release(self, n: int = 1) -> None:
+        if self._value + n > self._initial:
+            raise ValueError("Semaphore released too many times")
+        super().release(n)
+
+
+class Event(_Primitive):
+    """``threading.Event``."""
+
+    def __init__(self) -> None:
+        super().__init__("Event")
+        self._flag = False
+
+    def describe(self) -> str:
+        return f"{self._name} to be set"
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        self._flag = True
+        self._wake_all()
+
+    def clear(self) -> None:
+        self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        controller, me = _here()
+        if controller is None or me is None:
+            if self._flag:
+                return True
+            raise RuntimeError(f"{self._name}.wait() outside a controlled thread would wait forever")
+        controller.yield_point()
+        if not self._flag:
+            self._wait(controller, me, None if timeout is None else controller.now + max(0.0, timeout))
+        return self._flag
+
+
+class _Sleep:
+    """What a sleeping thread waits for: only its deadline."""
+
+    def __init__(self, until: float) -> None:
+        self.until = until
+
+    def describe(self) -> str:
+        return f"sleep until {self.until:g} s"
+
+    def holder(self) -> int | None:
+        return None
+
+
+def sleep(secs: float) -> None:
+    """``time.sleep`` on virtual time; ``sleep(0)`` is a scheduling point."""
+    controller, me = _here()
+    if controller is None or me is None:
+        _time.sleep(secs)
+        return
+    if secs < 0:
+        raise ValueError("sleep length must be non-negative")
+    if secs == 0:
+        controller.yield_point()
+        return
+    until = controller.now + secs
+    while controller.now < until:
+        controller.block(me, _Sleep(until), until)
+
+
+def _clock() -> float:
+    controller = active_controller()
+    return controller.now if controller is not None else _time.monotonic()
+
+
+def monotonic() -> float:
+    """Virtual seconds."""
+    return _clock()
+
+
+def monotonic_ns() -> int:
+    """Virtual nanoseconds."""
+    return int(_clock() * 1e9)
+
+
+_EPOCH = _time.time()
+
+
+def time() -> float:
+    """Wall-clock seconds: the epoch at import plus virtual seconds."""
+    return _EPOCH + _clock()
+
+
+def time_ns() -> int:
+    """Wall-clock nanoseconds on the virtual clock."""
+    return int(time() * 1e9)
+
+
+class Thread:
+    """``threading.Thread`` whose ``start()`` makes a controlled thread (subclassing ``run`` works)."""
+
+    def __init__(
+        self,
+        group: None = None,
+        target: Callable[..., Any] | None = None,
+        name: str | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        daemon: bool | None = None,
+    ) -> None:
+        self._target, self._args, self._kwargs = target, args, kwargs or {}
+        self.name = name or "Thread"
+        self.daemon = bool(daemon)
+        self._thread: ControlledThread | None = None
+
+    def run(self) -> None:
+        if self._target is not None:
+            self._target(*self._args, **self._kwargs)
+
+    def start(self) -> None:
+        controller = active_controller()
+        if self._thread is not None:
+            raise RuntimeError("threads can only be started once")
+        if controller is None:
+            raise RuntimeError("a cooperative Thread can only start inside a controlled run")
+        self._thread = controller.spawn(self.run, self.name)
+
+    def join(self, timeout: float | None = None) -> None:
+        controller, me = _here()
+        thread = self._thread
+        if thread is None:
+            raise RuntimeError("cannot join thread before it is started")
+        if controller is None or me is None:
+            if not thread.finished:
+                raise RuntimeError(f"joining {thread.name} outside a controlled thread would wait forever")
+            return
+        controller.yield_point()
+        deadline = None if timeout is None else controller.now + max(0.0, timeout)
+        while not thread.finished:
+            if not controller.block(me, thread, deadline):
+                return
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and not self._thread.finished
+
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident if self._thread is not None else None

@@ -1,0 +1,165 @@
+"""Swap the standard library's blocking primitives for cooperative ones, in named modules only.
+
+A pool under test is not changed or annotated: while a controlled run builds and drives it,
+the modules it is written in see cooperative ``threading``, ``time`` and ``queue`` modules, and
+the names they imported from them (``from time import monotonic``) are swapped one by one. Only
+those modules' globals change, and only for the run, so the rest of the process (pytest, torch,
+the harness itself) keeps the real primitives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import queue
+import threading
+import time
+import types
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from kvstress.controlled import _coop, _coop_queue
+from kvstress.controlled._loop import ControlledEventLoop
+
+_THREADING = {
+    "Lock": _coop.Lock,
+    "RLock": _coop.RLock,
+    "Condition": _coop.Condition,
+    "Semaphore": _coop.Semaphore,
+    "BoundedSemaphore": _coop.BoundedSemaphore,
+    "Event": _coop.Event,
+    "Thread": _coop.Thread,
+}
+_TIME = {
+    "sleep": _coop.sleep,
+    "monotonic": _coop.monotonic,
+    "monotonic_ns": _coop.monotonic_ns,
+    "perf_counter": _coop.monotonic,
+    "perf_counter_ns": _coop.monotonic_ns,
+    "time": _coop.time,
+    "time_ns": _coop.time_ns,
+}
+_QUEUE = {
+    "Queue": _coop_queue.Queue,
+    "LifoQueue": _coop_queue.LifoQueue,
+    "PriorityQueue": _coop_queue.PriorityQueue,
+    "SimpleQueue": _coop_queue.SimpleQueue,
+}
+
+
+class _ModuleProxy(types.ModuleType):
+    """A module that answers with the cooperative names and falls back to the real module."""
+
+    def __init__(self, real: types.ModuleType, overrides: dict[str, Any]) -> None:
+        super().__init__(real.__name__, real.__doc__)
+        self.__dict__.update(overrides)
+        self.__real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__real, name)
+
+
+def _loop_time() -> float:
+    """The running controlled loop's virtual time; the real clock anywhere else."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return time.monotonic()
+    return loop.time() if isinstance(loop, ControlledEventLoop) else time.monotonic()
+
+
+def _loop_time_ns() -> int:
+    return int(_loop_time() * 1e9)
+
+
+_LOOP_TIME = {
+    "monotonic": _loop_time,
+    "monotonic_ns": _loop_time_ns,
+    "perf_counter": _loop_time,
+    "perf_counter_ns": _loop_time_ns,
+}
+
+
+def _swaps(groups: tuple[tuple[types.ModuleType, dict[str, Any]], ...]) -> dict[int, tuple[object, object]]:
+    """id(real object) -> (real object, its cooperative stand-in)."""
+    swaps: dict[int, tuple[object, object]] = {}
+    for real_module, overrides in groups:
+        swaps[id(real_module)] = (real_module, _ModuleProxy(real_module, overrides))
+        for name, stand_in in overrides.items():
+            real = getattr(real_module, name)
+            swaps.setdefault(id(real), (real, stand_in))
+    return swaps
+
+
+_THREAD_SWAPS = _swaps(((threading, _THREADING), (time, _TIME), (queue, _QUEUE)))
+_LOOP_SWAPS = _swaps(((time, _LOOP_TIME),))
+
+
+def resolve_modules(targets: Iterable[object]) -> tuple[types.ModuleType, ...]:
+    """Modules named by ``targets``: modules, module names, or classes/functions (a class brings
+    the modules of its whole MRO). ValueError names a target that is none of these."""
+    found: dict[str, types.ModuleType] = {}
+    for target in targets:
+        for module in _modules_of(target):
+            found.setdefault(module.__name__, module)
+    return tuple(found.values())
+
+
+def _modules_of(target: object) -> list[types.ModuleType]:
+    if isinstance(target, types.ModuleType):
+        return [target]
+    if isinstance(target, str):
+        try:
+            return [importlib.import_module(target)]
+        except ImportError as error:
+            raise ValueError(f"modules: cannot import {target!r}: {error}") from None
+    if isinstance(target, type):
+        names = [cls.__module__ for cls in target.__mro__ if cls.__module__ not in ("builtins", "abc", "typing")]
+    elif callable(target) and getattr(target, "__module__", None):
+        names = [target.__module__]
+    else:
+        raise ValueError(f"modules: expected a module, a module name, a class or a function, got {target!r}")
+    return [m for m in (inspect.getmodule(target) if n == "__main__" else _loaded(n) for n in names) if m]
+
+
+def _loaded(name: str) -> types.ModuleType | None:
+    with contextlib.suppress(ImportError):
+        return importlib.import_module(name)
+    return None
+
+
+def source_files(modules: Iterable[types.ModuleType]) -> frozenset[str]:
+    """The source files of ``modules`` (the names the trace hook sees), skipping built-ins."""
+    return frozenset(f for m in modules if (f := getattr(m, "__file__", None)) and f.endswith(".py"))
+
+
+def cooperative(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContextManager[None]:
+    """Within the block, ``modules`` see cooperative primitives; restored on the way out."""
+    return _swapped(modules, _THREAD_SWAPS)
+
+
+def loop_clock(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContextManager[None]:
+    """Within the block, ``modules`` read ``time.monotonic``/``perf_counter`` from the running
+    controlled loop, so an async pool that mixes them with the loop's timeouts stays on one clock."""
+    return _swapped(modules, _LOOP_SWAPS)
+
+
+@contextlib.contextmanager
+def _swapped(modules: Iterable[types.ModuleType], swaps: dict[int, tuple[object, object]]) -> Iterator[None]:
+    undo: list[tuple[types.ModuleType, str, object, object]] = []
+    try:
+        for module in modules:
+            namespace = vars(module)
+            for name, value in list(namespace.items()):
+                swap = swaps.get(id(value))
+                if swap is not None and swap[0] is value:
+                    namespace[name] = swap[1]
+                    undo.append((module, name, value, swap[1]))
+        yield
+    finally:
+        for module, name, real, stand_in in reversed(undo):
+            namespace = vars(module)
+            if namespace.get(name) is stand_in:
+                namespace[name] = real

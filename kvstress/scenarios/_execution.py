@@ -1,0 +1,216 @@
+"""One execution of a scenario under a scheduler: build the pool, run the workers, check it.
+
+Threads run under the baton (``run_threads``), async pools on the controlled asyncio loop
+(``run_controlled``), so every interleaving is the scheduler's and time is virtual: checks on
+timeouts are exact (a few nanoseconds of slack for float rounding). The scenario's programs
+come from the scheduler's random stream, so a schedule replays the data too.
+
+Every operation is checked as it returns (the ``Operations`` checks), the pool is checked at rest
+at the end, and the history must be linearizable. Whatever the pool does, the execution ends:
+a deadlock, a spin or a stuck thread becomes a ``hang`` (or ``busy-wait``) violation.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import torch
+
+from kvstress import checkers
+from kvstress._violation import InvariantViolation, Operation
+from kvstress.checkers import TimingPolicy
+from kvstress.controlled import (
+    ControlledLoopError,
+    SchedulerExhausted,
+    SchedulerMisbehaved,
+    StepLimitExceeded,
+    current_loop,
+    run_controlled,
+    spawn,
+)
+from kvstress.controlled._baton import active_controller
+from kvstress.controlled._coop import sleep as coop_sleep
+from kvstress.controlled._patch import loop_clock, resolve_modules
+from kvstress.controlled._threads import run_threads
+from kvstress.harness._history import History
+from kvstress.harness._ledger import Ledger
+from kvstress.harness._runner import run_to_completion
+from kvstress.harness._scenarios import Scenarios, first_violation
+from kvstress.linearize import check_history
+from kvstress.scenarios._programs import Scenario, generate
+from kvstress.schedulers import Scheduler
+
+VIRTUAL_TIMING = TimingPolicy(slack=1e-6, early_tolerance=1e-6, early_ratio=0.0)
+"""Timing checks on the virtual clock: exact but for float rounding."""
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    """What every execution of a search shares."""
+
+    factory: Callable[..., Any]
+    is_async: bool
+    num_blocks: int = 2
+    block_shape: tuple[int, ...] = (2, 4)
+    workers: int = 3
+    length: int = 5
+    modules: tuple[object, ...] = ()
+    max_steps: int = 20_000
+    stall_timeout: float = 5.0
+    linearize_limit: float = 1.0
+    timing: TimingPolicy = field(default=VIRTUAL_TIMING)
+
+
+@dataclass
+class ExecutionRecord:
+    """What one execution left behind, filled in as far as it got (also when it failed)."""
+
+    scenario: Scenario | None = None
+    ops: ScenarioOps | None = None
+    failure: InvariantViolation | None = None
+
+    @property
+    def history(self) -> tuple[Operation, ...]:
+        """The operations so far."""
+        return self.ops.history.snapshot() if self.ops is not None else ()
+
+
+class ScenarioOps(Scenarios):
+    """The harness operations for one controlled execution (no worker threads, no loop thread)."""
+
+    def __init__(self, config: ScenarioConfig, pool: Any, clock: Callable[[], float]) -> None:
+        self.pool = pool
+        self.num_blocks = config.num_blocks
+        self.timing = config.timing
+        self.history = History()
+        self.ledger = Ledger(config.num_blocks)
+        self.loop = None
+        self.is_async = config.is_async
+        self.sequential = False
+        self.virtual_time = True
+        self.clock = clock
+        self.thread_pause = coop_sleep
+        self._workers = {}
+        self._scopes = {}
+        self.backoff_bound = config.timing.backoff_bound_of(pool)
+
+    async def finish(self) -> None:
+        """With every worker done: release what they still hold, then check the pool at rest."""
+        self.sequential = True
+        for holder, block_id in [(h, b) for b, t in self.ledger.open.items() for h in t.holders]:
+            if holder in self.ledger.holders_of(block_id):
+                await self.op_release(holder, block_id)
+        await self.op_check_quiet()
+
+
+def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionRecord:
+    """Run one execution (``scheduler.new_execution()`` is called by the run); never raises a
+    violation: it is in the record's ``failure``. Raises ``SchedulerExhausted`` when the
+    scheduler has no execution left, and what a broken scheduler raises."""
+    record = ExecutionRecord()
+    try:
+        if config.is_async:
+            with loop_clock(resolve_modules(config.modules or (config.factory,))):
+                run_controlled(lambda: _async_main(config, record), scheduler, max_steps=config.max_steps)
+        else:
+            run_threads(
+                lambda: _thread_main(config, record),
+                scheduler,
+                modules=config.modules or (config.factory,),
+                max_steps=config.max_steps,
+                stall_timeout=config.stall_timeout,
+            )
+    except InvariantViolation as violation:
+        record.failure = violation
+    except BaseExceptionGroup as group:
+        record.failure = _as_violation(first_violation(group), record)
+    except (SchedulerExhausted, SchedulerMisbehaved):
+        raise
+    except ControlledLoopError as error:
+        record.failure = _as_violation(error, record)
+    if record.failure is None and record.ops is not None:
+        record.failure = _check_history(config, record.ops)
+    return record
+
+
+def _thread_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
+    controller = active_controller()
+    assert controller is not None  # run_threads runs us
+    record.scenario = _draw(config, controller.scheduler.next_u64())
+    pool = _build(config)
+    ops = record.ops = ScenarioOps(config, pool, lambda: controller.now)
+    workers = [
+        spawn(lambda h=h, p=p: run_to_completion(ops.run_program(h, p)), name=h)  # type: ignore[misc]
+        for h, p in zip(record.scenario.workers, record.scenario.programs, strict=True)
+    ]
+    for worker in workers:
+        worker.join()
+    run_to_completion(ops.finish())
+
+
+async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
+    record.scenario = _draw(config, current_loop().scheduler.next_u64())
+    pool = _build(config)
+    ops = record.ops = ScenarioOps(config, pool, anyio.current_time)
+    async with anyio.create_task_group() as tg:
+        for holder, program in zip(record.scenario.workers, record.scenario.programs, strict=True):
+            tg.start_soon(ops.run_program, holder, program, name=holder)
+    await ops.finish()
+
+
+def _draw(config: ScenarioConfig, seed: int) -> Scenario:
+    return generate(random.Random(seed), workers=config.workers, length=config.length, cancel=config.is_async)
+
+
+def _build(config: ScenarioConfig) -> Any:
+    try:
+        return config.factory(config.num_blocks, config.block_shape, dtype=torch.float32, device=None)
+    except Exception as error:
+        raise InvariantViolation(
+            "crash", f"the pool factory raised {type(error).__name__}: {error}"
+        ) from error
+
+
+def _as_violation(error: BaseException, record: ExecutionRecord) -> InvariantViolation:
+    if isinstance(error, InvariantViolation):
+        return error
+    if isinstance(error, ControlledLoopError):
+        return InvariantViolation(_hang_kind(error, record), str(error))
+    return InvariantViolation("crash", f"the execution raised {type(error).__name__}: {error}")
+
+
+def _hang_kind(error: ControlledLoopError, record: ExecutionRecord) -> str:
+    """A spin that never ends inside an acquire is busy waiting; anything else that never ends
+    is a hang."""
+    if isinstance(error, StepLimitExceeded):
+        mine = [op for op in record.history if op.worker == error.culprit]
+        # An acquire in flight when the run was stopped ends "pending", or "cancelled" as the
+        # run unwinds it.
+        if mine and mine[-1].name == "acquire" and (mine[-1].outcome == "pending" or mine[-1].result == "cancelled"):
+            return "busy-wait"
+    return "hang"
+
+
+def _check_history(config: ScenarioConfig, ops: ScenarioOps) -> InvariantViolation | None:
+    history = ops.history.snapshot()
+    try:
+        checkers.check_wakeups(history, ops.backoff_bound, config.timing.slack)
+    except InvariantViolation as violation:
+        return violation
+    result = check_history(history, config.num_blocks, time_limit=config.linearize_limit)
+    if result.status != "violation":
+        return None
+    witness = [history[i] for i in result.witness if i < len(history)]
+    if result.block is None:
+        timed = any(op.name == "acquire" and (op.args.get("timeout") or 0) > 0 for op in witness)
+        invariant = "lost-wakeup" if timed else "lost-block"
+    else:
+        acquires = sum(op.name == "acquire" and op.result == result.block for op in witness)
+        invariant = "shared-block" if acquires >= 2 else "lost-block"
+    return InvariantViolation(
+        invariant, f"the history is not linearizable: {result.message}", history=tuple(history)
+    )

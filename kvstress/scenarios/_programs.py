@@ -1,0 +1,93 @@
+"""Concurrent scenarios: a few workers, each a short program of protocol steps.
+
+A step is ``(kind, argument)``, as ``Scenarios.run_program`` runs it:
+
+- ``("acquire", timeout)``: acquire with a finite timeout; on success mark it in use and write a
+  fresh canary over it;
+- ``("release", None)``: verify the canary of the worker's newest block, then release it;
+- ``("share", peer)``: retain the newest block and hand the new reference to worker ``peer``;
+- ``("verify", None)``: the newest block's canary is intact;
+- ``("pause", n)``: ``n`` scheduling points;
+- ``("cancel", peer)``: (async) cancel ``peer``'s acquire if one is in flight.
+
+Acquires always have a finite timeout: a worker waiting forever for a block another worker keeps
+until its program ends would be a deadlock of the scenario, not of the pool. Blocks still held
+when the programs end are released by the harness, and then the pool is checked at rest.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+Step = tuple[str, Any]
+Program = tuple[Step, ...]
+
+TIMEOUTS = (0.0, 0.01, 0.05, 0.2)
+"""The acquire timeouts a generated step draws from, in seconds."""
+
+_WEIGHTS = {"acquire": 34, "release": 26, "share": 10, "verify": 10, "pause": 12, "cancel": 8}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One run's programs, one per worker (worker i is named ``b{i}``)."""
+
+    programs: tuple[Program, ...]
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """The workers' names, as the history and the ledger know them."""
+        return tuple(f"b{i}" for i in range(len(self.programs)))
+
+    def describe(self) -> str:
+        """One line per worker: ``b0: acquire(0.01) share(b1) release``."""
+        return "\n".join(
+            f"{worker}: " + " ".join(_step_text(step) for step in program)
+            for worker, program in zip(self.workers, self.programs, strict=True)
+        )
+
+    def to_json(self) -> list[list[list[Any]]]:
+        """A JSON-ready form."""
+        return [[[kind, arg] for kind, arg in program] for program in self.programs]
+
+
+def generate(rng: random.Random, *, workers: int, length: int, cancel: bool) -> Scenario:
+    """Draw ``workers`` programs of ``length`` steps each; ``cancel`` allows cancel steps (async).
+
+    Every program starts with an acquire, so each worker holds something to share and release.
+    """
+    if type(workers) is not int or not 1 <= workers <= 16:
+        raise ValueError(f"workers must be an int in [1, 16], got {workers!r}")
+    if type(length) is not int or length < 1:
+        raise ValueError(f"length must be an int >= 1, got {length!r}")
+    kinds = [k for k in _WEIGHTS if cancel or k != "cancel"]
+    weights = [_WEIGHTS[k] for k in kinds]
+    programs = []
+    for me in range(workers):
+        steps: list[Step] = [("acquire", rng.choice(TIMEOUTS))]
+        while len(steps) < length:
+            steps.append(_draw(rng, rng.choices(kinds, weights)[0], me, workers))
+        programs.append(tuple(steps))
+    return Scenario(tuple(programs))
+
+
+def _draw(rng: random.Random, kind: str, me: int, workers: int) -> Step:
+    if kind == "acquire":
+        return ("acquire", rng.choice(TIMEOUTS))
+    if kind in ("share", "cancel"):
+        peers = [p for p in range(workers) if p != me] or [me]
+        return (kind, rng.choice(peers))
+    if kind == "pause":
+        return ("pause", rng.randint(1, 3))
+    return (kind, None)
+
+
+def _step_text(step: Step) -> str:
+    kind, arg = step
+    if kind in ("share", "cancel"):
+        return f"{kind}(b{arg})"
+    if kind in ("acquire", "pause"):
+        return f"{kind}({arg:g})"
+    return kind
