@@ -19,6 +19,7 @@ import kvstress.schedulers
 from kvstress.schedulers import (
     RANDOM_DRAW,
     DFSScheduler,
+    GuidedScheduler,
     HypothesisScheduler,
     MetricsScheduler,
     PCTScheduler,
@@ -34,6 +35,7 @@ PUBLIC = {
     "RANDOM_DRAW",
     "DFSScheduler",
     "HypothesisScheduler",
+    "GuidedScheduler",
     "MetricsScheduler",
     "PCTScheduler",
     "RandomScheduler",
@@ -503,3 +505,27 @@ def test_hypothesis_scheduler_picks_runnable_tasks(scheduler: HypothesisSchedule
     replay = ReplayScheduler(scheduler.schedule())
     assert replay.new_execution()
     assert run_model(replay, {1: 2, 2: 2, 3: 1}, draws_at=(2,)) == order
+
+
+def test_guided_follows_its_choices_then_keeps_the_current_task() -> None:
+    """GuidedScheduler takes a listed choice when runnable, else (and after the list) stays put."""
+    guided = GuidedScheduler([2, RANDOM_DRAW, 1, 5], seed=9, strategy="pct")
+    assert guided.new_execution()
+    assert guided.next_task([0, 1, 2], 0) == 2
+    guided.next_u64()
+    assert guided.next_task([0, 1, 2], 2) == 1
+    assert guided.next_task([0, 1, 2], 1) == 1  # 5 is not runnable: keep the current task
+    assert guided.next_task([0, 2], 1) == 0  # the current one blocked: the lowest id
+    assert guided.schedule() == Schedule("pct", 9, (2, RANDOM_DRAW, 1, 1, 0))
+    assert not guided.new_execution()
+
+
+def test_a_guided_run_replays_exactly() -> None:
+    """What a guided run recorded replays with ReplayScheduler, draws included."""
+    guided = GuidedScheduler([1, 0], seed=3)
+    guided.new_execution()
+    picks = [guided.next_task([0, 1], None), guided.next_u64(), guided.next_task([0, 1], 1)]
+    replay = ReplayScheduler(guided.schedule())
+    replay.new_execution()
+    assert [replay.next_task([0, 1], None), replay.next_u64(), replay.next_task([0, 1], 1)] == picks
+    assert replay.finished

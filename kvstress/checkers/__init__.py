@@ -15,6 +15,7 @@ from kvstress.checkers._transitions import check_double_release as check_double_
 from kvstress.checkers._transitions import check_fresh_state as check_fresh_state
 from kvstress.checkers._transitions import check_misuse_raised as check_misuse_raised
 from kvstress.checkers._transitions import check_refcount as check_refcount
+from kvstress.checkers._transitions import check_refcount_at_least as check_refcount_at_least
 from kvstress.checkers._transitions import check_release_accounting as check_release_accounting
 from kvstress.checkers._transitions import check_release_result as check_release_result
 from kvstress.checkers._transitions import check_state as check_state

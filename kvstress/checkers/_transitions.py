@@ -49,6 +49,14 @@ def check_refcount(block_id: int, refcount: int, expected: int, after: str) -> N
         )
 
 
+def check_refcount_at_least(block_id: int, refcount: int, least: int, after: str) -> None:
+    """While others may act: the references the caller alone knows are held set a floor."""
+    if refcount < least:
+        raise InvariantViolation(
+            "refcount", f"after {after}, block {block_id} has refcount {refcount}, expected at least {least}"
+        )
+
+
 def check_release_result(block_id: int, returned: object, last: bool) -> None:
     """release answers True exactly when it dropped the last reference (sequential runs)."""
     if returned is True and not last:

@@ -3,7 +3,8 @@
 A block is *surely free* from the end of a release that returned True until the earliest
 moment anything could have taken it again: the start of any acquire that answered with that
 block after the release began (the pool may offer it before the release returns), or of any
-acquire whose effect is unknown (cancelled, raised, pending). An acquire
+acquire whose effect is unknown (cancelled, raised, pending). For the waiter itself, its own
+take counts at its return: once it holds the block it has no reason to wait on. An acquire
 that was waiting through such a stretch for longer than the pool's backoff bound plus the
 slack (and returned later still) missed a wake-up. Nothing is assumed about fairness: a block
 another waiter took is not free, and a waiter that timed out just as the block was freed is
@@ -28,17 +29,20 @@ def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: flo
         freed = release.end
         if freed is None:
             continue
-        taken = min((op.start for op in acquires if _may_take(op, block, release.start)), default=float("inf"))
+        takers = [op for op in acquires if _may_take(op, block, release.start)]
         for waiter in acquires:
             if waiter.end is None or waiter.outcome not in ("ok", "info") or waiter.result == "cancelled":
                 continue
+            # The waiter's own take counts at its return: holding a block, it has no reason
+            # to keep waiting.
+            taken = min((op.start for op in takers if op is not waiter), default=float("inf"))
             free_from, free_to = max(freed, waiter.start), min(taken, waiter.end)
             if free_to - free_from > bound:
                 raise InvariantViolation(
                     "lost-wakeup",
                     f"{waiter.describe()} kept waiting for {free_to - free_from:.6g} s while block "
-                    f"{block} sat free (released by {release.worker} at {freed:.6g} s, taken again "
-                    f"{'never' if taken == float('inf') else f'at {taken:.6g} s'}); the bound is "
+                    f"{block} sat free (released by {release.worker} at {freed:.6f} s, taken again "
+                    f"{'never' if taken == float('inf') else f'at {taken:.6f} s'}); the bound is "
                     f"{bound:.6g} s (backoff {backoff_bound:g} + slack {slack:g})",
                     history=tuple(history),
                 )

@@ -33,6 +33,7 @@ from kvstress.controlled._errors import (
     StuckThread,
     ThreadDeadlock,
 )
+from kvstress.controlled._loop import FAIRNESS_BOUND
 from kvstress.schedulers import Scheduler
 
 DEFAULT_THREAD_STEPS = 200_000
@@ -131,6 +132,7 @@ class ThreadController:
         self.failure: BaseException | None = None
         self.aborting = False
         self._serials = 0
+        self._starved: dict[int, int] = {}  # runnable thread -> decisions passed over in a row
         self._done = threading.Event()
 
     # -- for the cooperative primitives ------------------------------------------------------
@@ -167,6 +169,10 @@ class ThreadController:
         """Park ``me`` on ``waitable`` until ``wake`` (True) or virtual ``deadline`` passes (False)."""
         if self.aborting:
             raise ThreadAborted
+        if deadline is not None and deadline <= self.now:
+            # Already due (a zero timeout): it times out at once, as in the OS, instead of
+            # waiting until every other thread is blocked for time to move.
+            return False
         me.waiting, me.deadline, me.timed_out = waitable, deadline, False
         nxt = self._pick(me)
         if nxt is not me:
@@ -179,12 +185,16 @@ class ThreadController:
 
     def spawn(self, target: Callable[[], Any], name: str | None = None) -> ControlledThread:
         """Start a controlled thread running ``target()``; a scheduling point for the caller."""
-        me = self.me()
-        if me is None:
-            raise RuntimeError("spawn() must be called from a controlled thread (inside run_threads)")
-        thread = self._start(target, name)
+        thread = self.start_thread(target, name)
         self.yield_point()
         return thread
+
+    def start_thread(self, target: Callable[[], Any], name: str | None = None) -> ControlledThread:
+        """``spawn`` without the scheduling point, for a caller that must record the thread before
+        another thread can run (``Thread.start``). ``name=None`` names it ``t<N>``."""
+        if self.me() is None:
+            raise RuntimeError("spawn() must be called from a controlled thread (inside run_threads)")
+        return self._start(target, name)
 
     # -- the execution -------------------------------------------------------------------------
 
@@ -296,10 +306,13 @@ class ThreadController:
                 self._fail_here(ThreadDeadlock(self.now, self._wait_for()))
         if len(runnable) == 1:
             return self.threads[runnable[0]]
+        starved = self._starved
+        overdue = [t for t in runnable if starved.get(t, 0) >= FAIRNESS_BOUND]
         try:
-            tid = self.scheduler.next_task(runnable, me.tid)
+            tid = overdue[0] if overdue else self.scheduler.next_task(runnable, me.tid)
         except BaseException as error:
             self._fail_here(error)
+        self._starved = {other: starved.get(other, 0) + 1 for other in runnable if other != tid}
         if tid not in runnable:
             self._fail_here(
                 SchedulerMisbehaved(

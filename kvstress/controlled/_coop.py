@@ -321,9 +321,10 @@ class Event(_Primitive):
                 return True
             raise RuntimeError(f"{self._name}.wait() outside a controlled thread would wait forever")
         controller.yield_point()
-        if not self._flag:
-            self._wait(controller, me, None if timeout is None else controller.now + max(0.0, timeout))
-        return self._flag
+        if self._flag:
+            return True
+        # Woken means set() ran: True even if clear() ran before this thread did, as in threading.
+        return self._wait(controller, me, None if timeout is None else controller.now + max(0.0, timeout))
 
 
 class _Sleep:
@@ -397,9 +398,22 @@ class Thread:
         daemon: bool | None = None,
     ) -> None:
         self._target, self._args, self._kwargs = target, args, kwargs or {}
-        self.name = name or "Thread"
+        # None: the controller names it t<N> on start, so that names (the keys of a deadlock's
+        # wait-for graph, a step limit's culprit) stay distinct.
+        self._name = name
         self.daemon = bool(daemon)
         self._thread: ControlledThread | None = None
+
+    @property
+    def name(self) -> str:
+        """The name given, else the controller's ``t<N>`` once started (``Thread`` before)."""
+        if self._name is not None:
+            return self._name
+        return self._thread.name if self._thread is not None else "Thread"
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
 
     def run(self) -> None:
         if self._target is not None:
@@ -411,7 +425,9 @@ class Thread:
             raise RuntimeError("threads can only be started once")
         if controller is None:
             raise RuntimeError("a cooperative Thread can only start inside a controlled run")
-        self._thread = controller.spawn(self.run, self.name)
+        # Recorded before the scheduling point: the thread, or another, may run first and join it.
+        self._thread = controller.start_thread(self.run, self._name)
+        controller.yield_point()
 
     def join(self, timeout: float | None = None) -> None:
         controller, me = _here()

@@ -35,6 +35,16 @@ T = TypeVar("T")
 DEFAULT_MAX_STEPS = 1_000_000
 """Callbacks one ``run_until_complete`` may run before ``StepLimitExceeded``."""
 
+FAIRNESS_BOUND = 1_000
+"""Decisions a ready task (or thread) may be passed over in a row before it runs regardless.
+
+Strategies with strict priorities (PCT) can starve a task forever, which no real scheduler
+does; code that polls until another task acts (anyio re-delivering a cancellation with
+``call_soon`` until the task takes it, a spin lock) then spins forever under control though it
+ends on a real loop. After this many pass-overs the starved one runs without asking the
+scheduler. The choice is a function of the run so far, so replay and DFS see the same one.
+"""
+
 _PURGE_MIN_TIMERS = 100  # as in BaseEventLoop: below this, cancelled timers are left in the heap
 
 
@@ -79,6 +89,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._next_lane = 1
         self._current: int | None = None
         self._scheduler_failed = False
+        self._starved: dict[int, int] = {}  # ready lane -> decisions it was passed over in a row
 
     def time(self) -> float:
         """Virtual time in seconds: moves only when nothing is ready, to the next timer."""
@@ -130,7 +141,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         heads = self._lane_heads(ready)
         if heads is None:
             return None
-        lane = next(iter(heads)) if len(heads) == 1 else self._ask(sorted(heads))
+        lane = next(iter(heads)) if len(heads) == 1 else self._ask_fairly(sorted(heads))
         self._current = lane
         index = heads[lane]
         if index == 0:
@@ -151,6 +162,13 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if lane not in heads:
                 heads[lane] = index
         return heads
+
+    def _ask_fairly(self, runnable: list[int]) -> int:
+        starved = self._starved
+        overdue = [lane for lane in runnable if starved.get(lane, 0) >= FAIRNESS_BOUND]
+        lane = overdue[0] if overdue else self._ask(runnable)
+        self._starved = {other: starved.get(other, 0) + 1 for other in runnable if other != lane}
+        return lane
 
     def _ask(self, runnable: list[int]) -> int:
         """The scheduler's pick among two or more ready lanes, checked."""

@@ -13,6 +13,7 @@ a deadlock, a spin or a stuck thread becomes a ``hang`` (or ``busy-wait``) viola
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,21 +83,39 @@ class ExecutionRecord:
 class ScenarioOps(Scenarios):
     """The harness operations for one controlled execution (no worker threads, no loop thread)."""
 
-    def __init__(self, config: ScenarioConfig, pool: Any, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        config: ScenarioConfig,
+        pool: Any,
+        clock: Callable[[], float],
+        *,
+        virtual: bool = True,
+        timing: TimingPolicy | None = None,
+    ) -> None:
         self.pool = pool
         self.num_blocks = config.num_blocks
-        self.timing = config.timing
+        self.timing = timing or config.timing
         self.history = History()
         self.ledger = Ledger(config.num_blocks)
         self.loop = None
         self.is_async = config.is_async
         self.sequential = False
-        self.virtual_time = True
+        self.virtual_time = virtual
         self.clock = clock
-        self.thread_pause = coop_sleep
+        self.thread_pause = coop_sleep if virtual else time.sleep
         self._workers = {}
         self._scopes = {}
-        self.backoff_bound = config.timing.backoff_bound_of(pool)
+        self.backoff_bound = self.timing.backoff_bound_of(pool)
+
+    failed_op: int | None = None  # the operation whose check failed, when one did
+
+    async def run_program(self, holder: str, program: Sequence[tuple[str, Any]]) -> None:
+        """``Scenarios.run_program``, noting which operation a failing check was about."""
+        try:
+            await super().run_program(holder, program)
+        except InvariantViolation:
+            self._note_failure(holder)
+            raise
 
     async def finish(self) -> None:
         """With every worker done: release what they still hold, then check the pool at rest."""
@@ -104,7 +123,16 @@ class ScenarioOps(Scenarios):
         for holder, block_id in [(h, b) for b, t in self.ledger.open.items() for h in t.holders]:
             if holder in self.ledger.holders_of(block_id):
                 await self.op_release(holder, block_id)
-        await self.op_check_quiet()
+        try:
+            await self.op_check_quiet()
+        except InvariantViolation:
+            self._note_failure("harness")
+            raise
+
+    def _note_failure(self, worker: str) -> None:
+        if self.failed_op is None:
+            mine = [op.index for op in self.history.snapshot() if op.worker == worker]
+            self.failed_op = mine[-1] if mine else None
 
 
 def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionRecord:
@@ -127,21 +155,21 @@ def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionReco
     except InvariantViolation as violation:
         record.failure = violation
     except BaseExceptionGroup as group:
-        record.failure = _as_violation(first_violation(group), record)
+        record.failure = as_violation(first_violation(group), record)
     except (SchedulerExhausted, SchedulerMisbehaved):
         raise
     except ControlledLoopError as error:
-        record.failure = _as_violation(error, record)
+        record.failure = as_violation(error, record)
     if record.failure is None and record.ops is not None:
-        record.failure = _check_history(config, record.ops)
+        record.failure = check_run(config, record.ops)
     return record
 
 
 def _thread_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
     controller = active_controller()
     assert controller is not None  # run_threads runs us
-    record.scenario = _draw(config, controller.scheduler.next_u64())
-    pool = _build(config)
+    record.scenario = draw_scenario(config, controller.scheduler.next_u64())
+    pool = build_pool(config)
     ops = record.ops = ScenarioOps(config, pool, lambda: controller.now)
     workers = [
         spawn(lambda h=h, p=p: run_to_completion(ops.run_program(h, p)), name=h)  # type: ignore[misc]
@@ -153,8 +181,8 @@ def _thread_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
 
 
 async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
-    record.scenario = _draw(config, current_loop().scheduler.next_u64())
-    pool = _build(config)
+    record.scenario = draw_scenario(config, current_loop().scheduler.next_u64())
+    pool = build_pool(config)
     ops = record.ops = ScenarioOps(config, pool, anyio.current_time)
     async with anyio.create_task_group() as tg:
         for holder, program in zip(record.scenario.workers, record.scenario.programs, strict=True):
@@ -162,11 +190,13 @@ async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
     await ops.finish()
 
 
-def _draw(config: ScenarioConfig, seed: int) -> Scenario:
+def draw_scenario(config: ScenarioConfig, seed: int) -> Scenario:
+    """The scenario an execution runs, from one random value."""
     return generate(random.Random(seed), workers=config.workers, length=config.length, cancel=config.is_async)
 
 
-def _build(config: ScenarioConfig) -> Any:
+def build_pool(config: ScenarioConfig) -> Any:
+    """The pool, from the factory with the protocol's arguments; a factory error is a crash."""
     try:
         return config.factory(config.num_blocks, config.block_shape, dtype=torch.float32, device=None)
     except Exception as error:
@@ -175,7 +205,7 @@ def _build(config: ScenarioConfig) -> Any:
         ) from error
 
 
-def _as_violation(error: BaseException, record: ExecutionRecord) -> InvariantViolation:
+def as_violation(error: BaseException, record: ExecutionRecord) -> InvariantViolation:
     if isinstance(error, InvariantViolation):
         return error
     if isinstance(error, ControlledLoopError):
@@ -188,17 +218,18 @@ def _hang_kind(error: ControlledLoopError, record: ExecutionRecord) -> str:
     is a hang."""
     if isinstance(error, StepLimitExceeded):
         mine = [op for op in record.history if op.worker == error.culprit]
-        # An acquire in flight when the run was stopped ends "pending", or "cancelled" as the
-        # run unwinds it.
-        if mine and mine[-1].name == "acquire" and (mine[-1].outcome == "pending" or mine[-1].result == "cancelled"):
+        # An acquire in flight when the run was stopped stays "pending", or ends "cancelled"
+        # or "raised" (its lock released twice, say) as the run unwinds it.
+        if mine and mine[-1].name == "acquire" and mine[-1].outcome != "ok":
             return "busy-wait"
     return "hang"
 
 
-def _check_history(config: ScenarioConfig, ops: ScenarioOps) -> InvariantViolation | None:
+def check_run(config: ScenarioConfig, ops: ScenarioOps) -> InvariantViolation | None:
+    """The checks on a finished run's whole history: wake-ups, then linearizability."""
     history = ops.history.snapshot()
     try:
-        checkers.check_wakeups(history, ops.backoff_bound, config.timing.slack)
+        checkers.check_wakeups(history, ops.backoff_bound, ops.timing.slack)
     except InvariantViolation as violation:
         return violation
     result = check_history(history, config.num_blocks, time_limit=config.linearize_limit)

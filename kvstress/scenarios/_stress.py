@@ -1,0 +1,235 @@
+"""Free-running stress, jcstress-style: real threads, real time, noise injected at the pool's lines.
+
+The controlled modes see only what their model sees: one thread at a time, switches at lines
+and primitives, virtual time. Some bugs live below that (a race inside one line's bytecodes, a
+C extension releasing the GIL, real timing), so this mode runs the same scenarios with the OS
+scheduling: the GIL switch interval is cut to a microsecond and each line the pool executes
+yields the GIL with a small seeded probability. The checks are the same, on the real clock with
+the harness's usual slack.
+
+Such a run cannot be replayed exactly, only re-run with its seed: a failure says how often its
+seed reproduces it (``reproduced`` of ``replays``), which is the honest measure of how flaky it
+will look in CI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import anyio
+
+from kvstress._violation import InvariantViolation, Operation
+from kvstress.checkers import TimingPolicy
+from kvstress.controlled._patch import resolve_modules, source_files
+from kvstress.harness._runner import run_to_completion
+from kvstress.harness._scenarios import first_violation
+from kvstress.scenarios._execution import (
+    ExecutionRecord,
+    ScenarioConfig,
+    ScenarioOps,
+    build_pool,
+    check_run,
+    draw_scenario,
+)
+from kvstress.scenarios._programs import Scenario
+
+SWITCH_INTERVAL = 1e-6
+"""The GIL switch interval during a stress run, in seconds (CPython's default is 5 ms)."""
+
+
+@dataclass(frozen=True)
+class StressFailure:
+    """A failing stress run: its seed, what it ran and saw, and how often the seed reproduces it."""
+
+    violation: InvariantViolation
+    seed: int
+    scenario: Scenario
+    history: tuple[Operation, ...]
+    reproduced: int
+    replays: int
+
+    @property
+    def reproduction_rate(self) -> float:
+        """The share of re-runs with the same seed that failed the same way."""
+        return self.reproduced / self.replays if self.replays else 0.0
+
+
+@dataclass(frozen=True)
+class StressResult:
+    """Executions run, wall seconds to the failure (or in all), and the failure if any."""
+
+    executions: int
+    elapsed_s: float
+    failure: StressFailure | None = None
+
+
+def stress(
+    config: ScenarioConfig,
+    *,
+    seed: int,
+    max_executions: int | None = None,
+    budget_s: float | None = None,
+    yield_probability: float = 0.05,
+    replays: int = 20,
+    timing: TimingPolicy | None = None,
+    switch_interval: float | None = SWITCH_INTERVAL,
+) -> StressResult:
+    """Run seeded scenarios on free-running threads until one fails or a limit is reached.
+
+    Execution ``i`` uses seed ``seed + i``. A failure is re-run ``replays`` times with its seed
+    to measure how often it reproduces. ``yield_probability=0`` with ``switch_interval=None``
+    is plain threading, as a test suite without kvstress would run the pool.
+    """
+    if max_executions is None and budget_s is None:
+        raise ValueError("stress needs max_executions or budget_s (or both), got neither")
+    if not 0.0 <= yield_probability <= 1.0:
+        raise ValueError(f"yield_probability must be in [0, 1], got {yield_probability!r}")
+    if type(replays) is not int or replays < 0:
+        raise ValueError(f"replays must be an int >= 0, got {replays!r}")
+    start = time.monotonic()
+    done = 0
+    while max_executions is None or done < max_executions:
+        if budget_s is not None and time.monotonic() - start >= budget_s:
+            break
+        run_seed = seed + done
+        record = run_stress_execution(config, run_seed, yield_probability, timing, switch_interval)
+        done += 1
+        if record.failure is not None:
+            elapsed = time.monotonic() - start
+            invariant = record.failure.invariant
+            again = sum(
+                _fails_as(run_stress_execution(config, run_seed, yield_probability, timing, switch_interval), invariant)
+                for _ in range(replays)
+            )
+            assert record.scenario is not None
+            failure = StressFailure(record.failure, run_seed, record.scenario, record.history, again, replays)
+            return StressResult(done, elapsed, failure)
+    return StressResult(done, time.monotonic() - start)
+
+
+def run_stress_execution(
+    config: ScenarioConfig,
+    seed: int,
+    yield_probability: float = 0.05,
+    timing: TimingPolicy | None = None,
+    switch_interval: float | None = SWITCH_INTERVAL,
+) -> ExecutionRecord:
+    """One free-running execution of the scenario drawn from ``seed``; the violation, if any,
+    is in the record."""
+    record = ExecutionRecord(scenario=draw_scenario(config, seed))
+    timing = timing or TimingPolicy()
+    try:
+        if config.is_async:
+            anyio.run(_async_run, config, record, timing)
+        else:
+            files = source_files(resolve_modules(config.modules or (config.factory,)))
+            with _switching(switch_interval):
+                _thread_run(config, record, timing, files, seed, yield_probability)
+    except InvariantViolation as violation:
+        record.failure = violation
+    except BaseExceptionGroup as group:
+        found = first_violation(group)
+        record.failure = found if isinstance(found, InvariantViolation) else _crash(found)
+    if record.failure is None and record.ops is not None:
+        record.failure = check_run(config, record.ops)
+    return record
+
+
+def _thread_run(
+    config: ScenarioConfig,
+    record: ExecutionRecord,
+    timing: TimingPolicy,
+    files: frozenset[str],
+    seed: int,
+    yield_probability: float,
+) -> None:
+    assert record.scenario is not None
+    ops = record.ops = ScenarioOps(config, build_pool(config), time.monotonic, virtual=False, timing=timing)
+    scenario = record.scenario
+    barrier = threading.Barrier(len(scenario.programs))
+    errors: list[BaseException] = []
+
+    def work(number: int, holder: str, program: Any) -> None:
+        noise = random.Random(seed * 1_000_003 + number)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=5)
+        if files and yield_probability > 0:
+            sys.settrace(_noise_tracer(files, noise, yield_probability))
+        try:
+            run_to_completion(ops.run_program(holder, program))
+        except BaseException as error:  # noqa: BLE001 - reported below, from the caller's thread
+            errors.append(error)
+        finally:
+            sys.settrace(None)
+
+    threads = [
+        threading.Thread(target=work, args=(i, h, p), name=f"kvstress-stress-{h}", daemon=True)
+        for i, (h, p) in enumerate(zip(scenario.workers, scenario.programs, strict=True))
+    ]
+    for thread in threads:
+        thread.start()
+    bound = sum(float(a or 0) for p in scenario.programs for k, a in p if k == "acquire") + timing.hang_bound
+    deadline = time.monotonic() + bound
+    for holder, thread in zip(scenario.workers, threads, strict=True):
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            raise InvariantViolation("hang", f"{holder}: its program did not finish within {bound:g} s")
+    if errors:
+        raise errors[0] if isinstance(errors[0], InvariantViolation) else _crash(errors[0])
+    run_to_completion(ops.finish())
+
+
+async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: TimingPolicy) -> None:
+    assert record.scenario is not None
+    pool = build_pool(config)
+    ops = record.ops = ScenarioOps(config, pool, anyio.current_time, virtual=False, timing=timing)
+    bound = timing.hang_bound + sum(
+        float(a or 0) for p in record.scenario.programs for k, a in p if k == "acquire"
+    )
+    with anyio.move_on_after(bound) as scope:
+        async with anyio.create_task_group() as tg:
+            for holder, program in zip(record.scenario.workers, record.scenario.programs, strict=True):
+                tg.start_soon(ops.run_program, holder, program, name=holder)
+    if scope.cancelled_caught:
+        raise InvariantViolation("hang", f"the workers' programs did not finish within {bound:g} s")
+    await ops.finish()
+
+
+def _noise_tracer(files: frozenset[str], noise: random.Random, probability: float) -> Any:
+    def on_line(frame: FrameType, event: str, arg: object) -> Any:
+        if event == "line" and noise.random() < probability:
+            time.sleep(0)  # the real one: give the GIL away here
+        return on_line
+
+    def on_call(frame: FrameType, event: str, arg: object) -> Any:
+        return on_line if frame.f_code.co_filename in files else None
+
+    return on_call
+
+
+@contextlib.contextmanager
+def _switching(interval: float | None) -> Iterator[None]:
+    before = sys.getswitchinterval()
+    if interval is not None:
+        sys.setswitchinterval(interval)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+def _fails_as(record: ExecutionRecord, invariant: str) -> bool:
+    return record.failure is not None and record.failure.invariant == invariant
+
+
+def _crash(error: BaseException) -> InvariantViolation:
+    return InvariantViolation("crash", f"the run raised {type(error).__name__}: {error}")
+

@@ -1,0 +1,571 @@
+"""run_threads/explore_threads: one thread at a time, the scheduler's order, virtual time, named failures.
+
+This module is passed as ``modules=[__name__]``: every line of it that a controlled thread runs
+is a scheduling point, and its ``threading``/``time`` names are the cooperative ones during a run.
+"""
+
+from __future__ import annotations
+
+import _thread
+import functools
+import queue
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from kvstress.controlled import (
+    SchedulerExhausted,
+    SchedulerMisbehaved,
+    StepLimitExceeded,
+    StuckThread,
+    ThreadDeadlock,
+    _coop,
+    _coop_queue,
+    explore_threads,
+    run_threads,
+    spawn,
+)
+from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler, ReplayScheduler, Scheduler
+
+REAL_THREADING, REAL_TIME, REAL_QUEUE = threading, time, queue
+
+
+def run(main: Callable[[], Any], scheduler: Scheduler | None = None, **options: Any) -> Any:
+    """``main()`` as one controlled execution with this module traced and patched."""
+    return run_threads(main, scheduler or RandomScheduler(seed=0), modules=[__name__], **options)
+
+
+def writers() -> list[str]:
+    """Three threads each append four tagged events; the list is the interleaving."""
+    out: list[str] = []
+
+    def writer(name: str) -> None:
+        for k in range(4):
+            out.append(f"{name}{k}")
+
+    threads = [spawn(functools.partial(writer, name), name=name) for name in "abc"]
+    for thread in threads:
+        thread.join()
+    return out
+
+
+def counter(*, locked: bool) -> None:
+    """Two threads add one to a shared counter: read, then write, on separate traced lines."""
+    lock = threading.Lock()
+    state = {"x": 0}
+
+    def bump() -> None:
+        with lock if locked else _NoLock():
+            x = state["x"]
+            state["x"] = x + 1
+
+    threads = [spawn(bump), spawn(bump)]
+    for thread in threads:
+        thread.join()
+    assert state["x"] == 2, f"lost update: x == {state['x']}"
+
+
+class _NoLock:
+    """A context manager that protects nothing."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def module_from_source(name: str, source: str, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """A module built from ``source`` and registered in ``sys.modules`` for this test only."""
+    module = types.ModuleType(name)
+    module.__file__ = f"/kvstress-test-modules/{name}.py"
+    monkeypatch.setitem(sys.modules, name, module)
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module
+
+
+# -- one execution -------------------------------------------------------------------------------
+
+
+def test_run_threads_returns_what_main_returns() -> None:
+    """run_threads returns main's value; threads ran one at a time to completion."""
+
+    def main() -> tuple[list[int], float]:
+        lock = threading.Lock()
+        out: list[int] = []
+
+        def worker(i: int) -> None:
+            with lock:
+                out.append(i)
+                time.sleep(0.5)
+
+        threads = [spawn(functools.partial(worker, i)) for i in range(3)]
+        for thread in threads:
+            thread.join()
+        return sorted(out), time.monotonic()
+
+    assert run(main) == ([0, 1, 2], 1.5)
+
+
+@pytest.mark.parametrize("make", [lambda: RandomScheduler(seed=7), lambda: PCTScheduler(depth=3, seed=7)])
+def test_same_seed_gives_same_interleaving_and_schedule(make: Callable[[], Scheduler]) -> None:
+    """Two runs with the same seed produce the same event trace, result and recorded schedule."""
+    first, second = make(), make()
+    assert run(writers, first) == run(writers, second)
+    assert first.schedule() == second.schedule()
+
+
+def test_different_seeds_give_different_interleavings() -> None:
+    """Across a handful of seeds the random scheduler produces more than one interleaving."""
+    traces = {tuple(run(writers, RandomScheduler(seed=seed))) for seed in range(6)}
+    assert len(traces) > 1
+    assert all(sorted(trace) == sorted(f"{n}{k}" for n in "abc" for k in range(4)) for trace in traces)
+
+
+def test_replay_reproduces_a_random_execution() -> None:
+    """A random run's schedule, as a Schedule or as its ks1: text, replays to the same trace."""
+    scheduler = RandomScheduler(seed=11)
+    trace = run(writers, scheduler)
+    schedule = scheduler.schedule()
+    assert run(writers, ReplayScheduler(schedule)) == trace
+    assert run(writers, ReplayScheduler(schedule.encode())) == trace
+
+
+def test_virtual_time_moves_only_when_no_thread_is_runnable() -> None:
+    """A busy thread sees the clock stand still; sleepers wake in deadline order at their exact times."""
+
+    def main() -> tuple[list[float], list[tuple[str, float]]]:
+        busy: list[float] = []
+        woke: list[tuple[str, float]] = []
+
+        def sleeper(name: str, secs: float) -> None:
+            time.sleep(secs)
+            woke.append((name, time.monotonic()))
+
+        def worker() -> None:
+            for _ in range(20):
+                busy.append(time.monotonic())
+
+        threads = [spawn(lambda: sleeper("three", 3)), spawn(lambda: sleeper("one", 1)), spawn(worker)]
+        threads.append(spawn(lambda: sleeper("two", 2)))
+        for thread in threads:
+            thread.join()
+        return busy, woke
+
+    for seed in range(3):
+        busy, woke = run(main, RandomScheduler(seed=seed))
+        assert busy == [0.0] * 20
+        assert woke == [("one", 1.0), ("two", 2.0), ("three", 3.0)]
+
+
+def test_thread_from_patched_threading_is_controlled() -> None:
+    """A threading.Thread started inside the run is a controlled thread on the virtual clock."""
+
+    def main() -> tuple[float, bool]:
+        thread = threading.Thread(target=lambda: time.sleep(60), name="sleeper")
+        thread.start()
+        thread.join()
+        return time.monotonic(), isinstance(thread, _coop.Thread)
+
+    assert run(main) == (60.0, True)
+
+
+# -- deadlocks -----------------------------------------------------------------------------------
+
+
+def ab_ba(names: Sequence[str | None]) -> Callable[[], None]:
+    """Two threads take locks A and B in opposite orders, sleeping in between: always a deadlock."""
+
+    def main() -> None:
+        a, b = threading.Lock(), threading.Lock()
+
+        def take(first: threading.Lock, second: threading.Lock) -> None:
+            with first:
+                time.sleep(1)
+                with second:
+                    pass
+
+        threads = [spawn(lambda: take(a, b), name=names[0]), spawn(lambda: take(b, a), name=names[1])]
+        for thread in threads:
+            thread.join()
+
+    return main
+
+
+@pytest.mark.parametrize(("names", "one", "two"), [(("a", "b"), "a", "b"), ((None, None), "t1", "t2")])
+def test_ab_ba_deadlock_reports_wait_for_graph_and_cycle(
+    names: Sequence[str | None], one: str, two: str
+) -> None:
+    """An AB/BA deadlock raises ThreadDeadlock with each waiter's lock and holder, and the cycle."""
+    for seed in range(3):
+        with pytest.raises(ThreadDeadlock) as info:
+            run(ab_ba(names), RandomScheduler(seed=seed))
+        error = info.value
+        assert error.wait_for == {
+            "main": (f"join({one})", one),
+            one: (f"Lock#2 held by {two}", two),
+            two: (f"Lock#1 held by {one}", one),
+        }
+        assert error.cycle == (one, two, one)
+        assert error.now == 1.0
+        assert f"cycle: {one} -> {two} -> {one}" in str(error)
+
+
+def test_lost_notify_is_a_deadlock_without_a_cycle() -> None:
+    """A Condition wait nobody notifies, with no timeout, is a deadlock whose graph names no holder."""
+
+    def main() -> None:
+        cond = threading.Condition()
+
+        def consumer() -> None:
+            with cond:
+                cond.wait()
+
+        spawn(consumer, name="consumer").join()
+
+    with pytest.raises(ThreadDeadlock) as info:
+        run(main)
+    what, holder = info.value.wait_for["consumer"]
+    assert what.startswith("notify on Condition#") and holder is None
+    assert info.value.wait_for["main"] == ("join(consumer)", "consumer")
+    assert info.value.cycle == ()
+    assert "cycle" not in str(info.value)
+
+
+def test_timed_wait_is_not_a_deadlock() -> None:
+    """The same lost notify with a timeout is not a deadlock: the clock jumps to its deadline."""
+
+    def main() -> tuple[bool, float]:
+        cond = threading.Condition()
+        with cond:
+            return cond.wait(timeout=45), time.monotonic()
+
+    assert run(main) == (False, 45.0)
+
+
+# -- runaway threads -----------------------------------------------------------------------------
+
+
+def test_spin_in_traced_module_exceeds_step_limit_naming_culprit() -> None:
+    """Polling the clock without parking never reaches the deadline: StepLimitExceeded names the poller."""
+
+    def main() -> None:
+        def poll() -> None:
+            deadline = time.monotonic() + 1
+            while time.monotonic() < deadline:  # virtual time stands still while this runs
+                pass
+
+        spawn(poll, name="poller").join()
+
+    with pytest.raises(StepLimitExceeded) as info:
+        run(main, max_steps=500)
+    assert info.value.culprit == "poller"
+    assert "passed 500 scheduling points" in str(info.value)
+    assert f"thread poller was running at {__file__}:" in str(info.value)
+
+
+def _join_abandoned_threads() -> None:
+    """Wait (bounded) for the OS threads of an abandoned run to unwind once unblocked."""
+    for thread in REAL_THREADING.enumerate():
+        if thread.name.startswith("kvstress-t"):
+            thread.join(timeout=10)
+
+
+def test_thread_blocked_on_a_real_lock_is_reported_stuck() -> None:
+    """A thread parked in a real _thread lock holds the baton with no scheduling point: StuckThread."""
+    gate = _thread.allocate_lock()
+    gate.acquire()
+
+    def main() -> None:
+        spawn(gate.acquire, name="blocked").join()  # the real lock: invisible to the controller
+
+    try:
+        with pytest.raises(StuckThread, match=r"thread blocked kept running for 0\.3 s") as info:
+            run(main, stall_timeout=0.3)
+        assert "without reaching a scheduling point" in str(info.value)
+    finally:
+        gate.release()  # lets the abandoned threads unwind
+        _join_abandoned_threads()
+    assert threading is REAL_THREADING
+
+
+# -- exceptions ----------------------------------------------------------------------------------
+
+
+def test_exception_in_spawned_thread_fails_the_run_and_unwinds_the_others() -> None:
+    """A KeyError in a spawned thread is what run raises; blocked threads are unwound (finally runs)."""
+    unwound: list[str] = []
+
+    def main() -> None:
+        never = threading.Event()
+
+        def parked() -> None:
+            try:
+                never.wait()
+            finally:
+                unwound.append("parked")
+
+        def boom() -> None:
+            time.sleep(1)
+            raise KeyError("boom")
+
+        spawn(parked, name="parked")
+        try:
+            spawn(boom, name="boom").join()
+        finally:
+            unwound.append("main")
+
+    for seed in range(3):
+        unwound.clear()
+        with pytest.raises(KeyError) as info:
+            run(main, RandomScheduler(seed=seed))
+        assert info.value.args == ("boom",)
+        assert sorted(unwound) == ["main", "parked"]
+
+
+def test_exception_in_main_fails_the_run() -> None:
+    """An exception raised by main itself is what run raises, even with another thread still parked."""
+
+    def main() -> None:
+        spawn(threading.Event().wait, name="parked")
+        raise ValueError("main failed")
+
+    with pytest.raises(ValueError, match="main failed"):
+        run(main)
+
+
+# -- patching ------------------------------------------------------------------------------------
+
+
+IMPORTS_SOURCE = """
+import queue, threading, time
+import threading as th
+from queue import Empty, Queue
+from threading import Lock
+from time import monotonic, sleep
+
+def names():
+    return dict(threading=threading, th=th, time=time, queue=queue, Lock=Lock, Queue=Queue,
+                Empty=Empty, monotonic=monotonic, sleep=sleep)
+"""
+
+
+def test_named_modules_are_patched_only_during_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A named module sees cooperative modules and from-imports in the run; a bystander never does."""
+    named = module_from_source("kvstress_test_named", IMPORTS_SOURCE, monkeypatch)
+    bystander = module_from_source("kvstress_test_bystander", IMPORTS_SOURCE, monkeypatch)
+    before = named.names()
+
+    def main() -> tuple[dict[str, Any], dict[str, Any], object]:
+        return named.names(), bystander.names(), queue.threading  # type: ignore[attr-defined]
+
+    inside, untouched, stdlib_queue_threading = run_threads(main, RandomScheduler(seed=0), modules=[named])
+    assert untouched == before
+    assert stdlib_queue_threading is REAL_THREADING
+    assert inside["threading"] is not REAL_THREADING and inside["th"] is inside["threading"]
+    assert (
+        inside["threading"].Lock is _coop.Lock and inside["threading"].get_ident is REAL_THREADING.get_ident
+    )
+    assert inside["time"].sleep is _coop.sleep and inside["queue"].Queue is _coop_queue.Queue
+    assert (inside["Lock"], inside["Queue"], inside["monotonic"], inside["sleep"]) == (
+        _coop.Lock, _coop_queue.Queue, _coop.monotonic, _coop.sleep,
+    )  # fmt: skip
+    assert inside["Empty"] is REAL_QUEUE.Empty
+    assert named.names() == before
+    assert REAL_THREADING.Lock is _thread.allocate_lock  # the real modules themselves never change
+
+
+def test_patching_is_restored_after_a_failed_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a run that raises (a thread's error, a deadlock), every swapped name is restored."""
+    named = module_from_source("kvstress_test_failing", IMPORTS_SOURCE, monkeypatch)
+    before = named.names()
+
+    def fails() -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_threads(fails, RandomScheduler(seed=0), modules=[named, __name__])
+    assert named.names() == before
+    with pytest.raises(ThreadDeadlock):
+        run(ab_ba(("a", "b")))
+    assert (threading, time, queue) == (REAL_THREADING, REAL_TIME, REAL_QUEUE)
+    assert threading.Lock is _thread.allocate_lock
+
+
+HIERARCHY_SOURCES = {
+    "kvstress_test_base": (
+        "import threading\n\nclass Base:\n    def lock(self):\n        return threading.Lock()\n"
+    ),
+    "kvstress_test_derived": (
+        "import threading\nfrom kvstress_test_base import Base\n\nclass Derived(Base):\n    pass\n\n"
+        "def make():\n    return threading.Lock()\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("target", "base_patched", "derived_patched"),
+    [("class", True, True), ("function", False, True), ("name", True, False), ("module", False, True)],
+)
+def test_modules_accepts_classes_functions_names_and_modules(
+    monkeypatch: pytest.MonkeyPatch, target: str, base_patched: bool, derived_patched: bool
+) -> None:
+    """A class brings its whole MRO's modules; a function its own module; a name or module just itself."""
+    base = module_from_source("kvstress_test_base", HIERARCHY_SOURCES["kvstress_test_base"], monkeypatch)
+    derived = module_from_source(
+        "kvstress_test_derived", HIERARCHY_SOURCES["kvstress_test_derived"], monkeypatch
+    )
+    given = {"class": derived.Derived, "function": derived.make, "name": base.__name__, "module": derived}[
+        target
+    ]
+
+    def main() -> tuple[bool, bool]:
+        return isinstance(derived.Derived().lock(), _coop.Lock), isinstance(derived.make(), _coop.Lock)
+
+    assert run_threads(main, RandomScheduler(seed=0), modules=[given]) == (base_patched, derived_patched)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"), [(42, "expected a module"), ("kvstress_no_such_module", "cannot import")]
+)
+def test_modules_rejects_what_it_cannot_resolve(bad: object, message: str) -> None:
+    """modules= raises ValueError naming a target that is not a module, name, class or function."""
+    with pytest.raises(ValueError, match=message):
+        run_threads(lambda: None, RandomScheduler(seed=0), modules=[bad])
+
+
+# -- exploration ---------------------------------------------------------------------------------
+
+
+def test_dfs_exhausts_a_correct_two_thread_program() -> None:
+    """DFS with preemption bound 2 runs every interleaving of the locked counter and finds nothing."""
+    found = explore_threads(
+        lambda: counter(locked=True),
+        DFSScheduler(preemption_bound=2),
+        max_executions=2000,
+        modules=[__name__],
+    )
+    assert found.exhausted and found.failure is None and found.schedule is None
+    assert 2 <= found.executions < 2000
+
+
+def test_dfs_finds_lost_update_and_its_schedule_replays() -> None:
+    """DFS finds the unprotected counter's lost update; ReplayScheduler on its schedule fails the same way."""
+    found = explore_threads(
+        lambda: counter(locked=False),
+        DFSScheduler(preemption_bound=2),
+        max_executions=2000,
+        modules=[__name__],
+    )
+    assert isinstance(found.failure, AssertionError) and found.schedule is not None
+    assert "lost update: x == 1" in str(found.failure)
+    assert found.executions >= 2 and not found.exhausted  # the first, preemption-free run passes
+    for replay in (found.schedule, found.schedule.encode()):
+        with pytest.raises(AssertionError) as info:
+            run(lambda: counter(locked=False), ReplayScheduler(replay))
+        assert str(info.value) == str(found.failure)
+
+
+def test_explore_finds_an_ab_ba_deadlock_that_needs_a_preemption() -> None:
+    """Without sleeps, AB/BA deadlocks only in some interleavings; DFS finds one with its cycle."""
+
+    def main() -> None:
+        a, b = threading.Lock(), threading.Lock()
+
+        def take(first: threading.Lock, second: threading.Lock) -> None:
+            with first, second:
+                pass
+
+        threads = [spawn(lambda: take(a, b), name="ab"), spawn(lambda: take(b, a), name="ba")]
+        for thread in threads:
+            thread.join()
+
+    found = explore_threads(main, DFSScheduler(preemption_bound=2), max_executions=2000, modules=[__name__])
+    assert isinstance(found.failure, ThreadDeadlock)
+    assert found.failure.cycle == ("ab", "ba", "ab")
+
+
+def test_explore_stops_at_max_executions() -> None:
+    """A clean program under a random scheduler runs exactly max_executions times, not exhausted."""
+    ran: list[int] = []
+
+    def main() -> None:
+        ran.append(1)
+        counter(locked=True)
+
+    found = explore_threads(main, RandomScheduler(seed=3), max_executions=3, modules=[__name__])
+    assert (found.executions, found.exhausted, found.failure, len(ran)) == (3, False, None, 3)
+
+
+def test_run_threads_raises_scheduler_exhausted_without_running_main() -> None:
+    """A replay scheduler runs once; a second run_threads raises SchedulerExhausted and main never runs."""
+    first = RandomScheduler(seed=0)
+    run(writers, first)
+    replay = ReplayScheduler(first.schedule())
+    run(writers, replay)
+    ran: list[int] = []
+    with pytest.raises(SchedulerExhausted, match="ReplayScheduler has no execution left"):
+        run(lambda: ran.append(1), replay)
+    assert ran == []
+
+
+class _Rogue(RandomScheduler):
+    """Answers a task id that was not offered."""
+
+    def _pick(self, runnable: Sequence[int], current: int | None) -> int:
+        return 99
+
+
+def test_scheduler_choosing_a_non_runnable_thread_is_reported() -> None:
+    """A scheduler answering an id it was not offered raises SchedulerMisbehaved; explore propagates it."""
+    with pytest.raises(SchedulerMisbehaved, match="returned 99"):
+        run(writers, _Rogue(seed=0))
+    with pytest.raises(SchedulerMisbehaved):
+        explore_threads(writers, _Rogue(seed=0), max_executions=2, modules=[__name__])
+
+
+# -- misuse --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_steps": 0}, "max_steps must be an int >= 1, got 0 (int)"),
+        ({"max_steps": 1.5}, "max_steps must be an int >= 1, got 1.5 (float)"),
+        ({"max_steps": True}, "max_steps must be an int >= 1, got True (bool)"),
+        ({"stall_timeout": 0}, "stall_timeout must be a number of seconds > 0, got 0"),
+        ({"stall_timeout": -1.0}, "stall_timeout must be a number of seconds > 0, got -1.0"),
+        ({"stall_timeout": "1"}, "stall_timeout must be a number of seconds > 0, got '1'"),
+    ],
+)
+def test_bad_limits_raise_value_error(options: dict[str, Any], message: str) -> None:
+    """run_threads and explore_threads reject bad max_steps/stall_timeout, naming argument and value."""
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run(writers, **options)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        explore_threads(writers, RandomScheduler(seed=0), max_executions=1, modules=[__name__], **options)
+    assert threading is REAL_THREADING
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.0, "3", None])
+def test_bad_max_executions_raises_value_error(bad: object) -> None:
+    """explore_threads rejects a max_executions that is not an int >= 1, naming it and its type."""
+    with pytest.raises(ValueError, match=f"max_executions must be an int >= 1, got {bad!r}"):
+        explore_threads(writers, RandomScheduler(seed=0), max_executions=bad)  # type: ignore[arg-type]
+
+
+def test_spawn_outside_a_run_raises() -> None:
+    """spawn() outside run_threads raises RuntimeError instead of starting an uncontrolled thread."""
+    with pytest.raises(RuntimeError, match="inside a controlled run"):
+        spawn(lambda: None)
+
+
+def test_nested_run_is_rejected() -> None:
+    """run_threads inside a controlled thread raises RuntimeError: one run at a time per process."""
+    with pytest.raises(RuntimeError, match="another controlled thread run is in progress"):
+        run(lambda: run_threads(lambda: None, RandomScheduler(seed=1)))

@@ -1,0 +1,40 @@
+"""interleaving_table: one column per worker, rows in the order operations returned."""
+
+from __future__ import annotations
+
+from kvstress._violation import Operation
+from kvstress.scenarios import interleaving_table
+
+
+def test_rows_follow_returns_and_mark_operations_in_flight() -> None:
+    """Each operation sits in its worker's column at its return; others in flight show as |."""
+    history = [
+        Operation(0, "b0", "acquire", {"timeout": 0.05}, 0.0, 0.3, "ok", 1),
+        Operation(1, "b1", "acquire", {"timeout": 0.0}, 0.1, 0.2, "info", None),
+        Operation(2, "b1", "release", {"block": 1}, 0.4, None, "pending"),
+    ]
+    lines = interleaving_table(history, ["b0", "b1"]).splitlines()
+    assert lines[0].split("|")[1].strip() == "b0"
+    assert lines[2] == "| " + "|".ljust(30) + " | " + "acquire(0) -> None (info)".ljust(30) + " |"
+    assert lines[3].split("|")[1].strip() == "acquire(0.05) -> 1"
+    assert lines[4].split("|")[2].strip() == "release(1) ..."
+
+
+def test_the_failing_operation_is_marked_and_what_followed_is_cut() -> None:
+    """With ``failed``, that row is marked and later operations (the unwinding) are left out."""
+    history = [
+        Operation(0, "b0", "acquire", {"timeout": 0.05}, 0.0, 0.1, "ok", 1),
+        Operation(1, "b1", "acquire", {"timeout": 0.2}, 0.05, 0.3, "info", "cancelled"),
+        Operation(2, "b0", "mark_in_use", {"block": 1}, 0.4, 0.5, "ok"),
+    ]
+    text = interleaving_table(history, ["b0", "b1"], failed=0)
+    assert text.splitlines()[-1].endswith("<- failed here")
+    assert "mark_in_use" not in text
+    assert "acquire(0.2) ..." in text
+
+
+def test_long_cells_are_cut_to_the_column() -> None:
+    """A cell longer than the column ends in ~ instead of breaking the layout."""
+    history = [Operation(0, "b0", "check", {}, 0.0, 0.1, "ok", {"free_ids": list(range(40))})]
+    line = interleaving_table(history, ["b0"]).splitlines()[2]
+    assert line.endswith("~ |") and len(line) == 4 + 30

@@ -1,0 +1,60 @@
+"""Free-running stress: real threads and the real clock, with seeded noise and reproduction rates."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kvstress import AsyncBlockPool, ThreadedBlockPool
+from kvstress.checkers import TimingPolicy
+from kvstress.scenarios import ScenarioConfig, run_stress_execution, stress
+from pools import broken
+
+
+def test_a_correct_threaded_pool_passes_a_few_stress_runs() -> None:
+    """Real threads, tiny switch interval, noise at the pool's lines: nothing to report."""
+    result = stress(ScenarioConfig(ThreadedBlockPool, False, length=4), seed=1, max_executions=3)
+    assert result.failure is None and result.executions == 3
+
+
+def test_a_correct_async_pool_passes_a_few_stress_runs() -> None:
+    """The async flavour runs on a plain event loop and is clean too."""
+    result = stress(ScenarioConfig(AsyncBlockPool, True, length=4), seed=1, max_executions=3)
+    assert result.failure is None
+
+
+def test_reset_after_offer_is_found_and_its_reproduction_rate_reported() -> None:
+    """The planted dirty read shows up under noise, and the report says how often its seed repeats it."""
+    config = ScenarioConfig(broken.ResetAfterOfferPool, False)
+    result = stress(config, seed=1, max_executions=20, yield_probability=0.2, replays=4)
+    assert result.failure is not None
+    failure = result.failure
+    assert failure.violation.invariant == "dirty-read"
+    assert failure.replays == 4 and 0 <= failure.reproduced <= 4
+    assert failure.reproduction_rate == failure.reproduced / 4
+
+
+def test_the_switch_interval_is_restored() -> None:
+    """A stress run leaves the interpreter's GIL switch interval as it found it."""
+    before = sys.getswitchinterval()
+    run_stress_execution(ScenarioConfig(ThreadedBlockPool, False, length=2), seed=3)
+    assert sys.getswitchinterval() == before
+
+
+def test_a_hanging_pool_is_reported_not_waited_for() -> None:
+    """A pool that never lets go of its lock is a hang within the bound, not a stuck test."""
+    config = ScenarioConfig(broken.DeadlockPool, False, length=3)
+    result = stress(config, seed=2, max_executions=3, replays=0, timing=TimingPolicy(hang_bound=0.5))
+    assert result.failure is not None and result.failure.violation.invariant == "hang"
+
+
+@pytest.mark.parametrize(
+    ("options", "word"),
+    [({}, "max_executions or budget_s"), ({"max_executions": 1, "yield_probability": 2.0}, "yield_probability"),
+     ({"max_executions": 1, "replays": -1}, "replays")],
+)
+def test_stress_rejects_bad_arguments(options: dict[str, float], word: str) -> None:
+    """stress() names the argument it cannot use."""
+    with pytest.raises(ValueError, match=word):
+        stress(ScenarioConfig(ThreadedBlockPool, False), seed=0, **options)  # type: ignore[arg-type]

@@ -1,0 +1,93 @@
+"""check_wakeups: a waiter that sleeps through a free block is caught; fair races are not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvstress._violation import InvariantViolation, Operation
+from kvstress.checkers import check_wakeups
+
+
+def op(index: int, worker: str, name: str, start: float, end: float | None, outcome: str = "ok", result: Any = None, **args: Any) -> Operation:
+    return Operation(index, worker, name, args, start, end, outcome, result)
+
+
+def test_a_waiter_sleeping_past_a_released_block_is_a_lost_wakeup() -> None:
+    """Block 0 is released at 1.0 and nobody takes it; a waiter since 0.5 times out at 2.0."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "b", "acquire", 0.5, 2.0, "info", None, timeout=1.5),
+        op(2, "a", "release", 0.9, 1.0, result=True, block=0),
+    ]
+    with pytest.raises(InvariantViolation) as caught:
+        check_wakeups(history, backoff_bound=0.0, slack=0.01)
+    assert caught.value.invariant == "lost-wakeup"
+    assert "block 0 sat free" in caught.value.message
+
+
+def test_a_waiter_woken_late_but_given_the_block_is_still_a_lost_wakeup() -> None:
+    """Getting the block at its own deadline, long after the release, is still a missed wake-up."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "b", "acquire", 0.5, 2.0, result=0, timeout=1.5),
+        op(2, "a", "release", 0.9, 1.0, result=True, block=0),
+    ]
+    with pytest.raises(InvariantViolation, match="lost-wakeup"):
+        check_wakeups(history, backoff_bound=0.0, slack=0.01)
+
+
+def test_a_block_taken_by_another_acquirer_is_not_free() -> None:
+    """Fairness is not required: another acquirer may take the released block first."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "b", "acquire", 0.5, 2.0, "info", None, timeout=1.5),
+        op(2, "a", "release", 0.9, 1.0, result=True, block=0),
+        op(3, "c", "acquire", 1.0, 1.0001, result=0, timeout=0.0),
+    ]
+    check_wakeups(history, backoff_bound=0.0, slack=0.01)
+
+
+def test_a_block_offered_before_its_release_returned_is_taken_from_then() -> None:
+    """A pool may offer inside release: a taker that returned before the release did counts."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "c", "acquire", 0.8, 0.95, result=0, timeout=1.0),
+        op(2, "a", "release", 0.9, 1.0, result=True, block=0),
+        op(3, "b", "acquire", 0.5, 2.0, "info", None, timeout=1.5),
+    ]
+    check_wakeups(history, backoff_bound=0.0, slack=0.01)
+
+
+def test_waits_within_the_backoff_bound_and_slack_pass() -> None:
+    """A polling pool may see a free block up to its backoff bound late."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "b", "acquire", 0.5, 1.035, result=0, timeout=1.5),
+        op(2, "a", "release", 0.9, 1.0, result=True, block=0),
+    ]
+    check_wakeups(history, backoff_bound=0.03, slack=0.01)
+    with pytest.raises(InvariantViolation):
+        check_wakeups(history, backoff_bound=0.0, slack=0.01)
+
+
+def test_an_acquire_of_unknown_effect_may_have_taken_the_block() -> None:
+    """A cancelled acquire could hold the block silently, so the block is not surely free."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "b", "acquire", 0.5, 2.0, "info", None, timeout=1.5),
+        op(2, "a", "release", 0.9, 1.0, result=True, block=0),
+        op(3, "c", "acquire", 1.0, 1.5, "info", "cancelled", timeout=1.0),
+    ]
+    check_wakeups(history, backoff_bound=0.0, slack=0.01)
+
+
+def test_a_release_that_kept_the_block_frees_nothing() -> None:
+    """release -> False (a sharer still holds it) does not start a free stretch."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "b", "acquire", 0.5, 2.0, "info", None, timeout=1.5),
+        op(2, "a", "release", 0.9, 1.0, result=False, block=0),
+    ]
+    check_wakeups(history, backoff_bound=0.0, slack=0.01)
