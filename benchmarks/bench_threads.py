@@ -15,6 +15,7 @@ Run from the repository root: ``python benchmarks/bench_threads.py`` (about a mi
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
@@ -26,13 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure this checkout
 sys.path.insert(0, str(ROOT / "tests"))  # the tiny pools
 
+from pools.tiny import TinyCheckThenPollPool, TinyResetAfterOfferPool  # noqa: E402
+
 from kvstress import AsyncBlockPool, ThreadedBlockPool  # noqa: E402
 from kvstress.controlled._baton import ThreadController  # noqa: E402
 from kvstress.controlled._patch import cooperative, resolve_modules  # noqa: E402
 from kvstress.controlled._threads import spawn  # noqa: E402
 from kvstress.scenarios import ScenarioConfig, search, stress  # noqa: E402
 from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler, Scheduler  # noqa: E402
-from pools.tiny import TinyCheckThenPollPool, TinyResetAfterOfferPool  # noqa: E402
 
 ROUNDS = 20_000
 SEEDS = 7
@@ -103,8 +105,17 @@ def bench_detection() -> None:
         ("free-running, plain", lambda f, s: _stress(f, s, 0.0, None)),
     ]
     for name, run in rows:
-        cells = [detect(lambda seed, f=factory: run(f, seed)) for factory in (TinyResetAfterOfferPool, TinyCheckThenPollPool)]  # type: ignore[misc]
+        cells = [
+            detect(functools.partial(_seeded, run, factory))
+            for factory in (TinyResetAfterOfferPool, TinyCheckThenPollPool)
+        ]
         print(f"   {name:<28} {cells[0]} {cells[1]}")
+
+
+def _seeded(
+    run: Callable[[type, int], tuple[Any, int, float]], factory: type, seed: int
+) -> tuple[Any, int, float]:
+    return run(factory, seed)
 
 
 def _search(factory: type, scheduler: Scheduler) -> tuple[Any, int, float]:

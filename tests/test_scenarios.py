@@ -5,13 +5,13 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from pools import broken
+from pools._simple import SimpleAsyncPool, SimpleThreadedPool
+from pools.tiny import TinyCheckThenPollPool, TinyPool, TinyResetAfterOfferPool
 
 from kvstress import AsyncBlockPool, ThreadedBlockPool
 from kvstress.scenarios import ScenarioConfig, generate, replay, run_execution, search
 from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler, ReplayScheduler
-from pools import broken
-from pools._simple import SimpleAsyncPool, SimpleThreadedPool
-from pools.tiny import TinyCheckThenPollPool, TinyPool, TinyResetAfterOfferPool
 
 CORRECT = [ThreadedBlockPool, SimpleThreadedPool, AsyncBlockPool, SimpleAsyncPool]
 
@@ -57,7 +57,9 @@ def test_planted_bugs_are_found_with_their_invariant(factory: type) -> None:
     assert result.failure.violation.invariant in expected, result.failure.describe()
 
 
-@pytest.mark.parametrize("factory", [TinyResetAfterOfferPool, broken.AsyncNoResetPool], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "factory", [TinyResetAfterOfferPool, broken.AsyncNoResetPool], ids=lambda f: f.__name__
+)
 def test_same_seed_same_interleaving_same_failure(factory: type) -> None:
     """Two searches with one seed fail identically, and the schedule string replays it exactly."""
     config = config_for(factory)
@@ -111,7 +113,9 @@ def test_shrunk_failure_keeps_its_invariant_and_replays() -> None:
 
 def test_failure_description_has_programs_table_and_schedule() -> None:
     """describe() gives the violation, the programs, the table with the failing row, the schedule."""
-    failure = search(config_for(TinyResetAfterOfferPool), PCTScheduler(depth=3, seed=1), max_executions=50).failure
+    failure = search(
+        config_for(TinyResetAfterOfferPool), PCTScheduler(depth=3, seed=1), max_executions=50
+    ).failure
     assert failure is not None
     text = failure.describe()
     assert text.startswith("[dirty-read]")
@@ -131,7 +135,9 @@ def test_replay_of_a_schedule_from_another_program_diverges() -> None:
     """A schedule recorded on one scenario configuration does not silently replay another."""
     from kvstress.schedulers import ScheduleDivergence
 
-    failure = search(config_for(TinyResetAfterOfferPool), PCTScheduler(depth=3, seed=1), max_executions=50).failure
+    failure = search(
+        config_for(TinyResetAfterOfferPool), PCTScheduler(depth=3, seed=1), max_executions=50
+    ).failure
     assert failure is not None
     with pytest.raises(ScheduleDivergence):
         run_execution(config_for(TinyPool, workers=1, length=1), ReplayScheduler(failure.schedule))
@@ -165,3 +171,44 @@ def test_search_needs_a_limit() -> None:
     """search() without max_executions or budget_s is a ValueError, not an endless search."""
     with pytest.raises(ValueError, match="max_executions or budget_s"):
         search(config_for(TinyPool), RandomScheduler(seed=0))
+
+
+ASYNC_BROKEN = [p for p in broken.BROKEN_POOLS if inspect.iscoroutinefunction(p.acquire)]
+
+
+@pytest.mark.parametrize("factory", [AsyncBlockPool, SimpleAsyncPool], ids=lambda f: f.__name__)
+def test_correct_async_pools_are_clean_on_trio(factory: type) -> None:
+    """Seeded trio runs of generated scenarios find nothing on a correct async pool."""
+    result = search(config_for(factory, backend="trio"), RandomScheduler(seed=11), max_executions=100)
+    assert result.failure is None, result.failure.describe()
+
+
+@pytest.mark.parametrize("factory", ASYNC_BROKEN, ids=lambda f: f.__name__)
+def test_planted_async_bugs_are_found_on_trio(factory: type) -> None:
+    """Every planted async bug is found on trio too, including a shielded wait that never ends."""
+    result = search(
+        config_for(factory, backend="trio"), RandomScheduler(seed=3), max_executions=300, shrink=False
+    )
+    assert result.failure is not None
+    expected = factory.expected if isinstance(factory.expected, tuple) else (factory.expected,)
+    assert result.failure.violation.invariant in expected, result.failure.describe()
+
+
+def test_a_trio_failure_replays_from_its_schedule() -> None:
+    """On trio the schedule holds one seed, and replaying it repeats the run exactly."""
+    config = config_for(broken.AsyncCancelLeakPool, backend="trio")
+    failure = search(config, RandomScheduler(seed=5), max_executions=300).failure
+    assert failure is not None
+    again = replay(config, str(failure.schedule))
+    assert again is not None
+    assert [op.describe() for op in again.history] == [op.describe() for op in failure.history]
+
+
+def test_config_rejects_bad_arguments() -> None:
+    """ScenarioConfig names a bad backend, block count or shape."""
+    with pytest.raises(ValueError, match="backend"):
+        ScenarioConfig(AsyncBlockPool, True, backend="curio")
+    with pytest.raises(ValueError, match="num_blocks"):
+        ScenarioConfig(AsyncBlockPool, True, num_blocks=0)
+    with pytest.raises(ValueError, match="block_shape"):
+        ScenarioConfig(AsyncBlockPool, True, block_shape=(0,))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 
 import pytest
+from pools import broken
 
 from kvstress import AsyncBlockPool, ThreadedBlockPool
 from kvstress.checkers import TimingPolicy
 from kvstress.scenarios import ScenarioConfig, run_stress_execution, stress
-from pools import broken
 
 
 def test_a_correct_threaded_pool_passes_a_few_stress_runs() -> None:
@@ -51,8 +51,11 @@ def test_a_hanging_pool_is_reported_not_waited_for() -> None:
 
 @pytest.mark.parametrize(
     ("options", "word"),
-    [({}, "max_executions or budget_s"), ({"max_executions": 1, "yield_probability": 2.0}, "yield_probability"),
-     ({"max_executions": 1, "replays": -1}, "replays")],
+    [
+        ({}, "max_executions or budget_s"),
+        ({"max_executions": 1, "yield_probability": 2.0}, "yield_probability"),
+        ({"max_executions": 1, "replays": -1}, "replays"),
+    ],
 )
 def test_stress_rejects_bad_arguments(options: dict[str, float], word: str) -> None:
     """stress() names the argument it cannot use."""

@@ -10,7 +10,16 @@ from kvstress._violation import InvariantViolation, Operation
 from kvstress.checkers import check_wakeups
 
 
-def op(index: int, worker: str, name: str, start: float, end: float | None, outcome: str = "ok", result: Any = None, **args: Any) -> Operation:
+def op(
+    index: int,
+    worker: str,
+    name: str,
+    start: float,
+    end: float | None,
+    outcome: str = "ok",
+    result: Any = None,
+    **args: Any,
+) -> Operation:
     return Operation(index, worker, name, args, start, end, outcome, result)
 
 

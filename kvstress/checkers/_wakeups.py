@@ -54,5 +54,5 @@ def _may_take(op: Operation, block: object, since: float) -> bool:
     if op.end is not None and op.end < since:
         return False
     if op.outcome == "ok":
-        return op.result == block
-    return op.outcome in ("pending", "raised") or op.result == "cancelled"
+        return bool(op.result == block)
+    return op.outcome in ("pending", "raised") or bool(op.result == "cancelled")

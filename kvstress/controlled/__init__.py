@@ -5,8 +5,8 @@ runs on virtual time (``controlled_loop_factory`` plugs it into ``asyncio.Runner
 pytest-asyncio; ``run_controlled`` runs one execution; ``explore`` runs until a failure or the
 end of the search). ``run_threads`` and ``explore_threads`` do the same for real threads: one
 runs at a time, handing a baton at every line of the code under test and at every blocking
-primitive, which are swapped for cooperative ones on virtual time. ``seeded_trio_run`` gives seeded, replayable trio runs, with the narrower
-control trio allows.
+primitive, which are swapped for cooperative ones on virtual time. ``seeded_trio_run`` gives
+seeded, replayable trio runs, with the narrower control trio allows.
 
 This module only re-exports; everything is defined in private modules. The trio helpers load on
 first use, so the asyncio side works without trio installed.

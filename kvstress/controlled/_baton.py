@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from types import FrameType
 from typing import Any, Protocol
 
@@ -88,6 +88,14 @@ class ControlledThread:
         self.error: BaseException | None = None
         self._wake = _thread.allocate_lock()
         self._wake.acquire()  # held: the thread parks on it until handed the baton
+
+    def describe(self) -> str:
+        """What a thread joining this one waits for (a ``Waitable``)."""
+        return f"join({self.name})"
+
+    def holder(self) -> int | None:
+        """The thread that must act for a joiner to go on: this one, by finishing."""
+        return self.tid
 
     @property
     def runnable(self) -> bool:
@@ -162,7 +170,7 @@ class ThreadController:
         if self.steps > self.max_steps:
             self._fail_here(StepLimitExceeded(self._step_limit_message(me), me.name))
         nxt = self._pick(me)
-        if nxt is not me:
+        if nxt is not None and nxt is not me:  # None only once every thread finished
             self._handoff(me, nxt)
 
     def block(self, me: ControlledThread, waitable: Waitable, deadline: float | None) -> bool:
@@ -175,7 +183,7 @@ class ThreadController:
             return False
         me.waiting, me.deadline, me.timed_out = waitable, deadline, False
         nxt = self._pick(me)
-        if nxt is not me:
+        if nxt is not None and nxt is not me:
             self._handoff(me, nxt)
         return not me.timed_out
 
@@ -243,7 +251,7 @@ class ThreadController:
             me.result = me.target()
         except ThreadAborted:
             pass
-        except BaseException as error:  # noqa: BLE001 - any escape fails the run, as in Shuttle
+        except BaseException as error:
             me.error = error
             self._record(error)
         finally:
@@ -371,11 +379,11 @@ class ThreadController:
             waiting = thread.waiting
             if thread.finished or waiting is None:
                 continue
-            if isinstance(waiting, ControlledThread):
-                graph[thread.name] = (f"join({waiting.name})", waiting.name)
-            else:
-                holder = waiting.holder()
-                graph[thread.name] = (waiting.describe(), None if holder is None else self.threads[holder].name)
+            holder = waiting.holder()
+            graph[thread.name] = (
+                waiting.describe(),
+                None if holder is None else self.threads[holder].name,
+            )
         return graph
 
     def _step_limit_message(self, me: ControlledThread) -> str:

@@ -95,9 +95,8 @@ class Lock(_Primitive):
         controller.yield_point()
         deadline = _deadline(controller, blocking, timeout)
         while self._locked:
-            if not blocking or not self._wait(controller, me, deadline):
-                if self._locked:
-                    return False
+            if (not blocking or not self._wait(controller, me, deadline)) and self._locked:
+                return False
         self._locked, self._owner = True, me
         return True
 
@@ -107,7 +106,9 @@ class Lock(_Primitive):
             return True
         if not blocking:
             return False
-        raise RuntimeError(f"{self.describe()} is held, and this thread is not a controlled one: it would wait forever")
+        raise RuntimeError(
+            f"{self.describe()} is held, and this thread is not a controlled one: it would wait forever"
+        )
 
     def release(self) -> None:
         if not self._locked:
@@ -262,9 +263,8 @@ class Semaphore(_Primitive):
         controller.yield_point()
         deadline = _deadline(controller, blocking, timeout)
         while self._value == 0:
-            if not blocking or not self._wait(controller, me, deadline):
-                if self._value == 0:
-                    return False
+            if (not blocking or not self._wait(controller, me, deadline)) and self._value == 0:
+                return False
         self._value -= 1
         return True
 

@@ -57,7 +57,9 @@ class Queue:
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         with self.not_full:
             if self.maxsize > 0:
-                self._wait_until(self.not_full, lambda: self._qsize() < self.maxsize, block, timeout, _queue.Full)
+                self._wait_until(
+                    self.not_full, lambda: self._qsize() < self.maxsize, block, timeout, _queue.Full
+                )
             self._put(item)
             self.unfinished_tasks += 1
             self.not_empty.notify()

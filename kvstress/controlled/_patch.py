@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import inspect
 import queue
+import sys
 import threading
 import time
 import types
@@ -62,10 +63,14 @@ class _ModuleProxy(types.ModuleType):
 
 
 def _loop_time() -> float:
-    """The running controlled loop's virtual time; the real clock anywhere else."""
+    """The running controlled loop's (or trio run's) clock; the real clock anywhere else."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
+        trio = sys.modules.get("trio")
+        if trio is not None:
+            with contextlib.suppress(RuntimeError):
+                return float(trio.current_time())
         return time.monotonic()
     return loop.time() if isinstance(loop, ControlledEventLoop) else time.monotonic()
 
@@ -116,7 +121,9 @@ def _modules_of(target: object) -> list[types.ModuleType]:
         except ImportError as error:
             raise ValueError(f"modules: cannot import {target!r}: {error}") from None
     if isinstance(target, type):
-        names = [cls.__module__ for cls in target.__mro__ if cls.__module__ not in ("builtins", "abc", "typing")]
+        names = [
+            cls.__module__ for cls in target.__mro__ if cls.__module__ not in ("builtins", "abc", "typing")
+        ]
     elif callable(target) and getattr(target, "__module__", None):
         names = [target.__module__]
     else:

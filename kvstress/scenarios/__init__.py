@@ -10,8 +10,8 @@ from kvstress.scenarios._search import SearchResult as SearchResult
 from kvstress.scenarios._search import replay as replay
 from kvstress.scenarios._search import search as search
 from kvstress.scenarios._search import shrink_failure as shrink_failure
-from kvstress.scenarios._table import interleaving_table as interleaving_table
 from kvstress.scenarios._stress import StressFailure as StressFailure
 from kvstress.scenarios._stress import StressResult as StressResult
 from kvstress.scenarios._stress import run_stress_execution as run_stress_execution
 from kvstress.scenarios._stress import stress as stress
+from kvstress.scenarios._table import interleaving_table as interleaving_table

@@ -22,6 +22,7 @@ import anyio
 import torch
 
 from kvstress import checkers
+from kvstress._checks import check_block_shape, check_num_blocks
 from kvstress._violation import InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled import (
@@ -51,7 +52,9 @@ VIRTUAL_TIMING = TimingPolicy(slack=1e-6, early_tolerance=1e-6, early_ratio=0.0)
 
 @dataclass(frozen=True)
 class ScenarioConfig:
-    """What every execution of a search shares."""
+    """What every execution of a search shares. ``modules`` are the code under test (default:
+    the factory's, for a class its whole MRO); ``max_steps`` bounds one execution's scheduling
+    points; ``stall_timeout`` is the wall time a thread may run without one."""
 
     factory: Callable[..., Any]
     is_async: bool
@@ -62,8 +65,15 @@ class ScenarioConfig:
     modules: tuple[object, ...] = ()
     max_steps: int = 20_000
     stall_timeout: float = 5.0
+    backend: str = "asyncio"  # for async pools: "asyncio" (fully controlled) or "trio" (seeded)
     linearize_limit: float = 1.0
     timing: TimingPolicy = field(default=VIRTUAL_TIMING)
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("asyncio", "trio"):
+            raise ValueError(f"backend must be 'asyncio' or 'trio', got {self.backend!r}")
+        check_num_blocks(self.num_blocks)
+        object.__setattr__(self, "block_shape", check_block_shape(self.block_shape))
 
 
 @dataclass
@@ -141,7 +151,12 @@ def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionReco
     scheduler has no execution left, and what a broken scheduler raises."""
     record = ExecutionRecord()
     try:
-        if config.is_async:
+        if config.is_async and config.backend == "trio":
+            from kvstress.scenarios._trio import run_trio_execution
+
+            with loop_clock(resolve_modules(config.modules or (config.factory,))):
+                run_trio_execution(config, scheduler, record)
+        elif config.is_async:
             with loop_clock(resolve_modules(config.modules or (config.factory,))):
                 run_controlled(lambda: _async_main(config, record), scheduler, max_steps=config.max_steps)
         else:
@@ -182,8 +197,14 @@ def _thread_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
 
 async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
     record.scenario = draw_scenario(config, current_loop().scheduler.next_u64())
+    await run_workers(config, record, anyio.current_time)
+
+
+async def run_workers(config: ScenarioConfig, record: ExecutionRecord, clock: Callable[[], float]) -> None:
+    """Build the pool, run ``record.scenario``'s programs as tasks, then finish (async pools)."""
+    assert record.scenario is not None
     pool = build_pool(config)
-    ops = record.ops = ScenarioOps(config, pool, anyio.current_time)
+    ops = record.ops = ScenarioOps(config, pool, clock)
     async with anyio.create_task_group() as tg:
         for holder, program in zip(record.scenario.workers, record.scenario.programs, strict=True):
             tg.start_soon(ops.run_program, holder, program, name=holder)

@@ -9,6 +9,7 @@ survives without it. The result replays exactly with ``replay`` (or ``ReplaySche
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ class ScenarioFailure:
     def switches(self) -> int:
         """Decisions in the schedule that ran another task than the one before."""
         tasks = [c for c in self.schedule.choices if c != RANDOM_DRAW]
-        return sum(1 for a, b in zip(tasks, tasks[1:], strict=False) if a != b)
+        return sum(1 for a, b in itertools.pairwise(tasks) if a != b)
 
     def table(self) -> str:
         """The interleaving, one column per worker (see ``interleaving_table``)."""
@@ -183,4 +184,3 @@ def _failure(record: ExecutionRecord, schedule: Schedule) -> ScenarioFailure:
     scenario = record.scenario if record.scenario is not None else Scenario(())
     failed_op = record.ops.failed_op if record.ops is not None else None
     return ScenarioFailure(record.failure, schedule, scenario, record.history, failed_op)
-

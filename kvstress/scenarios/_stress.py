@@ -106,7 +106,10 @@ def stress(
             elapsed = time.monotonic() - start
             invariant = record.failure.invariant
             again = sum(
-                _fails_as(run_stress_execution(config, run_seed, yield_probability, timing, switch_interval), invariant)
+                _fails_as(
+                    run_stress_execution(config, run_seed, yield_probability, timing, switch_interval),
+                    invariant,
+                )
                 for _ in range(replays)
             )
             assert record.scenario is not None
@@ -165,7 +168,7 @@ def _thread_run(
             sys.settrace(_noise_tracer(files, noise, yield_probability))
         try:
             run_to_completion(ops.run_program(holder, program))
-        except BaseException as error:  # noqa: BLE001 - reported below, from the caller's thread
+        except BaseException as error:
             errors.append(error)
         finally:
             sys.settrace(None)
@@ -232,4 +235,3 @@ def _fails_as(record: ExecutionRecord, invariant: str) -> bool:
 
 def _crash(error: BaseException) -> InvariantViolation:
     return InvariantViolation("crash", f"the run raised {type(error).__name__}: {error}")
-

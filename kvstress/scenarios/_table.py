@@ -15,7 +15,9 @@ from kvstress._violation import Operation
 _CELL = 30  # characters per column
 
 
-def interleaving_table(history: Sequence[Operation], workers: Sequence[str], failed: int | None = None) -> str:
+def interleaving_table(
+    history: Sequence[Operation], workers: Sequence[str], failed: int | None = None
+) -> str:
     """The table (see the module docstring); the harness's own operations get a last column.
 
     ``failed`` is the index of the operation whose check failed: it is marked, and what the run
@@ -40,7 +42,8 @@ def interleaving_table(history: Sequence[Operation], workers: Sequence[str], fai
 
 
 def _cut(history: Sequence[Operation], failed: int) -> list[Operation]:
-    at = history[failed].end if history[failed].end is not None else history[failed].start
+    end = history[failed].end
+    at = end if end is not None else history[failed].start
     kept = []
     for op in history:
         if op.start > at:
@@ -65,7 +68,9 @@ def _in_flight(op: Operation, at: float) -> bool:
 
 
 def _cell(op: Operation) -> str:
-    args = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for k, v in op.args.items() if k != "canary")
+    args = ", ".join(
+        f"{v:g}" if isinstance(v, float) else str(v) for k, v in op.args.items() if k != "canary"
+    )
     shown = {
         "ok": "" if op.result is None else f" -> {op.result}",
         "info": f" -> {op.result} (info)",

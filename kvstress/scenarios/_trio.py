@@ -1,0 +1,135 @@
+"""One scenario execution on trio: seeded, on virtual time, with the control trio allows.
+
+trio cannot be asked "which task next" per step, so the scheduler supplies one random value per
+execution: it draws the scenario and seeds trio's own scheduling RNG (``seeded_trio_run``). The
+same schedule string therefore replays the same run, but PCT and bounded search have nothing
+to choose here (DFS runs one execution). trio's ``MockClock`` jumps to the next deadline when
+every task is idle; two guards stand in for the controlled loop's: a virtual deadline on the
+whole run (a deadlock: every task waits for nothing that will come) and a step budget counted
+by an instrument (a spin: a task that keeps checkpointing never lets the clock jump).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+import trio
+
+from kvstress.controlled import SchedulerExhausted, StepLimitExceeded, seeded_trio_run
+from kvstress.controlled._errors import Deadlock
+from kvstress.schedulers import Scheduler
+
+_IDLE_WAITS = 200  # consecutive idle I/O waits, clock unmoved, before the run counts as stuck
+
+if TYPE_CHECKING:
+    from kvstress.scenarios._execution import ExecutionRecord, ScenarioConfig
+
+
+class _Guard(trio.abc.Instrument):
+    """Cancels the run once its tasks have taken ``limit`` steps (remembering which worker ran
+    last), and notes when the run goes idle with no deadline left: nothing can ever wake it."""
+
+    def __init__(self, limit: int, workers: tuple[str, ...]) -> None:
+        self.limit = limit
+        self.workers = frozenset(workers)
+        self.steps = 0
+        self.last: str | None = None
+        self.scope: trio.CancelScope | None = None
+        self.exceeded = False
+        self.idle_forever = threading.Event()
+        self._stepped = False
+        self._idle_at = -math.inf
+        self._idle_waits = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+        if not task.name.startswith("<"):  # trio's own system tasks (the autojumper) do not count
+            self._stepped = True
+        if task.name in self.workers:
+            self.last = task.name
+        if self.steps > self.limit and self.scope is not None and not self.exceeded:
+            self.exceeded = True
+            self.scope.cancel()
+
+    def before_io_wait(self, timeout: float) -> None:
+        # Idle with no deadline left, the autojumper wakes and finds nothing to jump to, again
+        # and again, while the clock stands still and no task of ours takes a step.
+        now = trio.current_time()
+        if self._stepped or now != self._idle_at:
+            self._idle_waits, self._idle_at = 0, now
+        else:
+            self._idle_waits += 1
+            if self._idle_waits >= _IDLE_WAITS:
+                self.idle_forever.set()
+        self._stepped = False
+
+
+def run_trio_execution(config: ScenarioConfig, scheduler: Scheduler, record: ExecutionRecord) -> None:
+    """Run the execution; raise what a failing check raised, or a Deadlock/StepLimitExceeded."""
+    from kvstress.scenarios._execution import draw_scenario, run_workers
+
+    if not scheduler.new_execution():
+        raise SchedulerExhausted(f"{type(scheduler).__name__} has no execution left to run")
+    seed = scheduler.next_u64()
+    record.scenario = draw_scenario(config, seed)
+    budget = _Guard(config.max_steps, record.scenario.workers)
+    bound = config.timing.hang_bound + sum(
+        float(arg or 0) for program in record.scenario.programs for kind, arg in program if kind == "acquire"
+    )
+
+    async def main() -> bool:
+        with trio.CancelScope() as scope:
+            budget.scope = scope
+            with anyio.move_on_after(bound) as timer:
+                await run_workers(config, record, anyio.current_time)
+            return timer.cancelled_caught
+        return False
+
+    hung = _run_abandonable(lambda: seeded_trio_run(main, seed=seed, instruments=[budget]), budget, config)
+    if budget.exceeded:
+        raise StepLimitExceeded(
+            f"the trio run took {config.max_steps} task steps without finishing: a livelock or a "
+            f"spin (task {budget.last!r} ran last)",
+            budget.last,
+        )
+    if hung:
+        raise Deadlock(
+            f"the trio run did not finish within {bound:g} virtual seconds (the programs' timeouts "
+            "plus the hang bound): tasks wait for something that never comes"
+        )
+
+
+def _run_abandonable(run: Callable[[], bool], guard: _Guard, config: ScenarioConfig) -> bool:
+    """Run trio on a daemon thread, so that a run no cancellation can end (a task shielded
+    around a wait that never ends) is abandoned instead of hanging the harness: it is reported
+    once the run sits idle with no deadline, or after ``stall_timeout`` wall seconds."""
+    outcome: list[bool] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            outcome.append(run())
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=target, name="kvstress-trio", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + config.stall_timeout
+    while thread.is_alive() and time.monotonic() < deadline:
+        thread.join(0.01)
+        if guard.idle_forever.is_set():
+            thread.join(0.05)  # a cancellation may still end it cleanly
+            break
+    if thread.is_alive():
+        raise Deadlock(
+            "the trio run is blocked for good: every task waits, no deadline is left, and a "
+            "shielded wait keeps cancellation out (its thread is abandoned)"
+        )
+    if errors:
+        raise errors[0]
+    return outcome[0]
