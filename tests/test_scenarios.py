@@ -212,3 +212,30 @@ def test_config_rejects_bad_arguments() -> None:
         ScenarioConfig(AsyncBlockPool, True, num_blocks=0)
     with pytest.raises(ValueError, match="block_shape"):
         ScenarioConfig(AsyncBlockPool, True, block_shape=(0,))
+
+
+def test_hypothesis_drives_the_thread_baton_and_its_failure_replays() -> None:
+    """Schedules drawn by Hypothesis run threads too; the shrunk failing one replays exactly."""
+    from hypothesis import HealthCheck, given, settings
+
+    from kvstress._violation import InvariantViolation
+    from kvstress.schedulers import HypothesisScheduler, hypothesis_schedulers
+
+    config = config_for(TinyResetAfterOfferPool, workers=2, length=4)
+    failing = []
+
+    @settings(
+        max_examples=200, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(hypothesis_schedulers())
+    def check(scheduler: HypothesisScheduler) -> None:
+        record = run_execution(config, scheduler)
+        if record.failure is not None:
+            failing.append(scheduler.schedule())
+            raise record.failure
+
+    with pytest.raises(InvariantViolation) as caught:
+        check()
+    assert caught.value.invariant == "dirty-read"
+    again = replay(config, failing[-1])
+    assert again is not None and again.violation.invariant == "dirty-read"
