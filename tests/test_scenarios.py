@@ -225,7 +225,11 @@ def test_hypothesis_drives_the_thread_baton_and_its_failure_replays() -> None:
     failing = []
 
     @settings(
-        max_examples=200, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+        max_examples=200,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
     )
     @given(hypothesis_schedulers())
     def check(scheduler: HypothesisScheduler) -> None:

@@ -1,19 +1,20 @@
 """The entry point: build the parser from the subcommand modules, run one, map errors to statuses.
 
-Exit statuses: 0 done, 2 bad input (one ``kvstress: error:`` line on stderr, never a
-traceback), 130 interrupted. A subcommand is one module with ``add_parser`` and ``run``,
-listed in ``_COMMANDS``.
+Exit statuses: 0 done, 1 a violation found or reproduced (``fuzz``, ``replay``), 2 bad input
+(one ``kvstress: error:`` line on stderr, never a traceback), 130 interrupted. A subcommand is
+one module with ``add_parser`` and ``run``, listed in ``_COMMANDS``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib import metadata
 from typing import Protocol
 
 import kvstress
-from kvstress.cli import _bench, _plan
+from kvstress.cli import _bench, _fuzz, _plan, _replay, _report
 from kvstress.cli._parser import Parser, ParserExit, UsageError
 
 _PROG = "kvstress"
@@ -27,7 +28,7 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-_COMMANDS: tuple[Command, ...] = (_plan, _bench)
+_COMMANDS: tuple[Command, ...] = (_fuzz, _replay, _report, _plan, _bench)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): nothing more to say, and no traceback at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def build_parser() -> Parser:

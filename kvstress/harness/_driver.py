@@ -9,9 +9,7 @@ harness.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -22,11 +20,11 @@ from kvstress._checks import check_block_shape, check_dtype, check_num_blocks
 from kvstress._violation import BlockRecord, InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.harness._cpu import watch_gc
+from kvstress.harness._dump import dump_blocks
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import CallHung, LoopThread, ThreadWorker, run_to_completion
 from kvstress.harness._scenarios import Scenarios
-from kvstress.pool._state import BlockState
 
 T = TypeVar("T")
 PROTOCOL = ("num_blocks", "acquire", "mark_in_use", "retain", "release", "free_count", "free_ids")
@@ -221,26 +219,7 @@ class PoolDriver(Scenarios):
 
     def dump(self) -> tuple[BlockRecord, ...]:
         """Every block as seen through the protocol and the ledger (bounded: never hangs)."""
-        queued = _bounded(lambda: set(self.pool.free_ids()), 1.0)
-        records = []
-        for block_id in range(self.num_blocks):
-            handle = self.ledger.handles.get(block_id)
-            state, refcount = "unseen", None
-            if handle is not None:
-                raw = _bounded(lambda h=handle: (h.state, h.refcount), 0.5)  # type: ignore[misc]
-                if raw is not None:
-                    state = _state_name(raw[0])
-                    refcount = raw[1] if isinstance(raw[1], int) else None
-            records.append(
-                BlockRecord(
-                    block_id,
-                    state,
-                    refcount,
-                    self.ledger.holders_of(block_id),
-                    None if queued is None else block_id in queued,
-                )
-            )
-        return tuple(records)
+        return dump_blocks(self.pool, self.num_blocks, self.ledger)
 
     def _build(self, make: Callable[[], Any], factory: object) -> Any:
         name = getattr(factory, "__qualname__", repr(factory))
@@ -263,22 +242,3 @@ class PoolDriver(Scenarios):
         return pool
 
 
-def _state_name(raw: object) -> str:
-    try:
-        return BlockState(int(raw)).name  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return repr(raw)
-
-
-def _bounded(fn: Callable[[], T], bound: float) -> T | None:
-    """Run ``fn`` on a throwaway daemon thread; None if it raises or overruns ``bound``."""
-    box: list[T] = []
-
-    def run() -> None:
-        with contextlib.suppress(Exception):  # a dump must never fail the report it belongs to
-            box.append(fn())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(bound)
-    return box[0] if box else None

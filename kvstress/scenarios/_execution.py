@@ -23,7 +23,7 @@ import torch
 
 from kvstress import checkers
 from kvstress._checks import check_block_shape, check_num_blocks
-from kvstress._violation import InvariantViolation, Operation
+from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled import (
     ControlledLoopError,
@@ -38,6 +38,7 @@ from kvstress.controlled._baton import active_controller
 from kvstress.controlled._coop import sleep as coop_sleep
 from kvstress.controlled._patch import loop_clock, resolve_modules
 from kvstress.controlled._threads import run_threads
+from kvstress.harness._dump import dump_blocks
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import run_to_completion
@@ -83,6 +84,7 @@ class ExecutionRecord:
     scenario: Scenario | None = None
     ops: ScenarioOps | None = None
     failure: InvariantViolation | None = None
+    blocks: tuple[BlockRecord, ...] = ()  # dumped when the execution failed
 
     @property
     def history(self) -> tuple[Operation, ...]:
@@ -177,6 +179,8 @@ def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionReco
         record.failure = as_violation(error, record)
     if record.failure is None and record.ops is not None:
         record.failure = check_run(config, record.ops)
+    if record.failure is not None and record.ops is not None:
+        record.blocks = dump_blocks(record.ops.pool, config.num_blocks, record.ops.ledger)
     return record
 
 

@@ -13,7 +13,7 @@ import itertools
 import time
 from dataclasses import dataclass
 
-from kvstress._violation import InvariantViolation, Operation
+from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.controlled import SchedulerExhausted
 from kvstress.scenarios._execution import ExecutionRecord, ScenarioConfig, run_execution
 from kvstress.scenarios._programs import Scenario
@@ -40,6 +40,7 @@ class ScenarioFailure:
     scenario: Scenario
     history: tuple[Operation, ...]
     failed_op: int | None = None  # the operation whose check failed, when one did
+    blocks: tuple[BlockRecord, ...] = ()
 
     @property
     def switches(self) -> int:
@@ -76,6 +77,7 @@ class SearchResult:
     exhausted: bool
     elapsed_s: float
     failure: ScenarioFailure | None = None
+    operations: int = 0  # operations the executions performed, the failing one's included
 
 
 def search(
@@ -97,22 +99,23 @@ def search(
     if budget_s is not None and not budget_s > 0:
         raise ValueError(f"budget_s must be a number of seconds > 0, got {budget_s!r}")
     start = time.monotonic()
-    done = 0
+    done = operations = 0
     while max_executions is None or done < max_executions:
         if budget_s is not None and time.monotonic() - start >= budget_s:
             break
         try:
             record = run_execution(config, scheduler)
         except SchedulerExhausted:
-            return SearchResult(done, True, time.monotonic() - start)
+            return SearchResult(done, True, time.monotonic() - start, operations=operations)
         done += 1
+        operations += len(record.history)
         if record.failure is not None:
             elapsed = time.monotonic() - start
             failure = _failure(record, scheduler.schedule())
             if shrink:
                 failure = shrink_failure(config, failure)
-            return SearchResult(done, False, elapsed, failure)
-    return SearchResult(done, False, time.monotonic() - start)
+            return SearchResult(done, False, elapsed, failure, operations)
+    return SearchResult(done, False, time.monotonic() - start, operations=operations)
 
 
 def replay(config: ScenarioConfig, schedule: Schedule | str) -> ScenarioFailure | None:
@@ -183,4 +186,4 @@ def _failure(record: ExecutionRecord, schedule: Schedule) -> ScenarioFailure:
     assert record.failure is not None
     scenario = record.scenario if record.scenario is not None else Scenario(())
     failed_op = record.ops.failed_op if record.ops is not None else None
-    return ScenarioFailure(record.failure, schedule, scenario, record.history, failed_op)
+    return ScenarioFailure(record.failure, schedule, scenario, record.history, failed_op, record.blocks)

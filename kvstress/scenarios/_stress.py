@@ -26,9 +26,10 @@ from typing import Any
 
 import anyio
 
-from kvstress._violation import InvariantViolation, Operation
+from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled._patch import resolve_modules, source_files
+from kvstress.harness._dump import dump_blocks
 from kvstress.harness._runner import run_to_completion
 from kvstress.harness._scenarios import first_violation
 from kvstress.scenarios._execution import (
@@ -55,6 +56,7 @@ class StressFailure:
     history: tuple[Operation, ...]
     reproduced: int
     replays: int
+    blocks: tuple[BlockRecord, ...] = ()
 
     @property
     def reproduction_rate(self) -> float:
@@ -69,6 +71,7 @@ class StressResult:
     executions: int
     elapsed_s: float
     failure: StressFailure | None = None
+    operations: int = 0
 
 
 def stress(
@@ -95,7 +98,7 @@ def stress(
     if type(replays) is not int or replays < 0:
         raise ValueError(f"replays must be an int >= 0, got {replays!r}")
     start = time.monotonic()
-    done = 0
+    done = operations = 0
     while max_executions is None or done < max_executions:
         if budget_s is not None and time.monotonic() - start >= budget_s:
             break
@@ -113,9 +116,12 @@ def stress(
                 for _ in range(replays)
             )
             assert record.scenario is not None
-            failure = StressFailure(record.failure, run_seed, record.scenario, record.history, again, replays)
-            return StressResult(done, elapsed, failure)
-    return StressResult(done, time.monotonic() - start)
+            failure = StressFailure(
+                record.failure, run_seed, record.scenario, record.history, again, replays, record.blocks
+            )
+            return StressResult(done, elapsed, failure, operations)
+        operations += len(record.history)
+    return StressResult(done, time.monotonic() - start, operations=operations)
 
 
 def run_stress_execution(
@@ -143,6 +149,8 @@ def run_stress_execution(
         record.failure = found if isinstance(found, InvariantViolation) else _crash(found)
     if record.failure is None and record.ops is not None:
         record.failure = check_run(config, record.ops)
+    if record.failure is not None and record.ops is not None:
+        record.blocks = dump_blocks(record.ops.pool, config.num_blocks, record.ops.ledger)
     return record
 
 

@@ -1,0 +1,49 @@
+"""``kvstress replay REPORT.json``: run the recorded failure again.
+
+Exit 1 and ``reproduced: <invariant>`` when it recurs; exit 0 when it does not (and why); exit 2
+for a file that is not a readable kvstress report.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kvstress.cli._parser import Parser, UsageError
+from kvstress.fuzz import TargetError, replay_report
+from kvstress.reports import ReportError, load_report
+
+
+def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
+    """Register ``replay``."""
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay a failure report on its pool",
+        description="Exit 1 when the recorded violation recurs, 0 when it does not, 2 for a bad file.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("report", metavar="REPORT.json")
+    parser.add_argument(
+        "--tries", type=int, default=10, help="re-runs of a failure that cannot replay exactly (%(default)s)"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay and say whether it recurred."""
+    if args.tries < 1:
+        raise UsageError(f"--tries must be >= 1, got {args.tries}")
+    try:
+        report = load_report(args.report)
+        outcome = replay_report(report, tries=args.tries)
+    except (ReportError, TargetError) as error:
+        raise UsageError(str(error)) from None
+    rate = f" ({outcome.hits}/{outcome.tries} tries)" if outcome.tries > 1 else ""
+    if outcome.reproduced:
+        print(f"reproduced: {outcome.invariant}{rate}")
+        if outcome.note:
+            print(outcome.note)
+        return 1
+    print(f"not reproduced: {outcome.invariant}{rate}")
+    if outcome.note:
+        print(outcome.note)
+    return 0

@@ -1,0 +1,48 @@
+"""``kvstress report REPORT.json [--html]``: show a failure report again, or re-render its page."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kvstress.cli._parser import Parser, UsageError
+from kvstress.reports import ReportError, load_report, write_html
+
+
+def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
+    """Register ``report``."""
+    parser = subparsers.add_parser(
+        "report",
+        help="print a failure report, or re-render its HTML page",
+        allow_abbrev=False,
+    )
+    parser.add_argument("report", metavar="REPORT.json")
+    parser.add_argument(
+        "--html", action="store_true", help="write the HTML page beside it and print its path"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the summary, the interleaving and the replay command (or write the HTML)."""
+    try:
+        report = load_report(args.report)
+    except ReportError as error:
+        raise UsageError(str(error)) from None
+    if args.html:
+        page = Path(args.report).with_suffix(".html")
+        write_html(report, page)
+        print(page)
+        return 0
+    backend = f"/{report['backend']}" if report.get("backend") else ""
+    print(f"[{report['invariant']}] {report['message']}")
+    print(f"pool: {report['pool']} ({report['mode']}{backend})", end="  ")
+    print(f"strategy: {report['strategy']}  seed: {report['seed']}")
+    print(f"found after {report['elapsed_s']:.3f} s; versions: {report['versions']}")
+    for extra in ("table", "program"):
+        if report.get(extra):
+            print(f"{extra}:\n{report[extra]}")
+    if report.get("schedule"):
+        print(f"schedule: {report['schedule']}")
+    print(f"replay: {report['replay']}")
+    return 0

@@ -1,0 +1,152 @@
+"""The fuzzing loop: spend a budget in seeded slices across strategies; stop at the first violation.
+
+Slice ``i`` of stream ``s`` runs strategy ``mix[i % len(mix)]`` with a seed derived from
+(seed, s, i), so a run is a function of its seed, and streams (``--workers``, ``--shard``)
+never repeat each other's seeds. The default mix puts the controlled strategies first: on the
+planted-bug corpus they find what they can in milliseconds, the state machine covers misuse,
+double release and the sequential contract, and free-running stress covers what the models
+cannot see.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from kvstress.fuzz._slices import STRATEGIES, Finding, run_slice
+from kvstress.fuzz._target import FuzzTarget
+from kvstress.reports import versions, write_report
+
+DEFAULT_MIX = ("pct", "machine", "random", "pct", "stress")
+SLICE_S = 1.0
+
+log = structlog.get_logger("kvstress.fuzz")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a fuzzing run stands, for a progress display."""
+
+    elapsed_s: float
+    budget_s: float
+    executions: int
+    operations: int
+    strategy: str
+
+
+@dataclass(frozen=True)
+class FuzzOutcome:
+    """What a run did: counts, and the finding and its report path if it found one."""
+
+    executions: int
+    operations: int
+    elapsed_s: float
+    finding: Finding | None = None
+    report: Path | None = None
+    interrupted: bool = False
+
+
+def slice_seed(seed: int, stream: int, index: int) -> int:
+    """The seed of slice ``index`` of ``stream``: distinct per (seed, stream, index)."""
+    digest = hashlib.blake2b(f"{seed}:{stream}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # below 2**63: fits every scheduler and Hypothesis
+
+
+def parse_mix(strategy: str) -> tuple[str, ...]:
+    """``auto`` or a comma-separated list of strategies; ValueError names a bad one."""
+    if strategy == "auto":
+        return DEFAULT_MIX
+    names = tuple(part.strip() for part in strategy.split(",") if part.strip())
+    for name in names:
+        if name not in STRATEGIES:
+            raise ValueError(f"--strategy must be auto or a list of {', '.join(STRATEGIES)}, got {name!r}")
+    if not names:
+        raise ValueError("--strategy names no strategy")
+    return names
+
+
+def fuzz(
+    target: FuzzTarget,
+    *,
+    budget_s: float = 60.0,
+    seed: int = 0,
+    mix: Sequence[str] = DEFAULT_MIX,
+    report_dir: str | Path = "reports",
+    stream: int = 0,
+    stop: threading.Event | Any = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> FuzzOutcome:
+    """Fuzz ``target`` for ``budget_s`` wall seconds or until a violation, which is written as a
+    report in ``report_dir``. ``stop`` (an Event) ends the run early; so does Ctrl-C, and
+    either way what was found is already written."""
+    if not budget_s > 0:
+        raise ValueError(f"budget must be a number of seconds > 0, got {budget_s!r}")
+    start = time.monotonic()
+    executions = operations = index = 0
+    log.info("fuzz.start", pool=target.spec, mode=target.mode, budget_s=budget_s, seed=seed, stream=stream)
+    try:
+        while (elapsed := time.monotonic() - start) < budget_s and not (stop is not None and stop.is_set()):
+            strategy = mix[index % len(mix)]
+            if on_progress is not None:
+                on_progress(Progress(elapsed, budget_s, executions, operations, strategy))
+            seed_i = slice_seed(seed, stream, index)
+            result = run_slice(strategy, target, seed_i, min(SLICE_S, budget_s - elapsed))
+            executions, operations, index = (
+                executions + result.executions,
+                operations + result.operations,
+                index + 1,
+            )
+            if result.finding is not None:
+                found_at = elapsed + result.finding.elapsed_s
+                path = write_report(
+                    build_report(target, result.finding, found_at, executions, operations, seed), report_dir
+                )
+                log.warning("fuzz.violation", invariant=result.finding.violation.invariant, report=str(path))
+                return FuzzOutcome(executions, operations, time.monotonic() - start, result.finding, path)
+    except KeyboardInterrupt:
+        log.info("fuzz.interrupted", executions=executions)
+        return FuzzOutcome(executions, operations, time.monotonic() - start, interrupted=True)
+    log.info("fuzz.done", executions=executions, operations=operations)
+    return FuzzOutcome(executions, operations, time.monotonic() - start)
+
+
+def build_report(
+    target: FuzzTarget, finding: Finding, elapsed_s: float, executions: int, operations: int, seed: int
+) -> dict[str, Any]:
+    """The report's fields (``replay`` is filled in when it is written)."""
+    violation = finding.violation
+    return {
+        "schema": "kvstress.failure/1",
+        "invariant": violation.invariant,
+        "message": violation.message,
+        "pool": target.spec,
+        "mode": target.mode,
+        "backend": target.backend if target.is_async else None,
+        "strategy": finding.strategy,
+        "seed": finding.seed,
+        "schedule": finding.schedule,
+        "elapsed_s": round(elapsed_s, 6),
+        "history": [op.to_dict() for op in finding.history],
+        "blocks": [block.to_dict() for block in finding.blocks],
+        "metrics": {"executions": executions, "operations": operations, "fuzz_seed": seed},
+        "versions": versions(),
+        "replay": "",
+        "program": finding.program,
+        "table": finding.table,
+        "scenario": finding.scenario,
+        "failed_op": finding.failed_op,
+        "reproduction": finding.reproduction,
+        "config": {
+            "kind": finding.kind,
+            "num_blocks": target.num_blocks,
+            "block_shape": list(target.block_shape),
+        },
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }

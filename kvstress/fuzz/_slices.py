@@ -1,0 +1,198 @@
+"""One slice of a fuzzing budget, per strategy: run it for a while and say what it found.
+
+Strategies: ``pct`` and ``random`` (controlled scenarios: threads under the baton, async pools
+on the controlled loop, or seeded trio), ``machine`` (the Hypothesis state machine: sequential
+rules, misuse, double release and concurrent batches on real threads or a real loop) and
+``stress`` (free-running threads or tasks, with noise). A slice is seeded, so a finding
+carries what replays it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import hypothesis.core
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from kvstress._violation import BlockRecord, InvariantViolation, Operation
+from kvstress.checkers import TimingPolicy
+from kvstress.fuzz._target import FuzzTarget
+from kvstress.machines import pool_machine
+from kvstress.scenarios import ScenarioConfig, search, stress
+from kvstress.schedulers import PCTScheduler, RandomScheduler, Scheduler
+
+STRATEGIES = ("pct", "random", "machine", "stress")
+MACHINE_HANG_BOUND = 1.0  # seconds; a hung pool costs this per hang, and shrinking replays it
+MACHINE_EXAMPLES = 10  # examples per Hypothesis run within a slice
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A violation and everything a report needs from the slice that found it."""
+
+    violation: InvariantViolation
+    strategy: str
+    seed: int
+    elapsed_s: float  # within the slice
+    kind: str  # "scenario", "stress" or "machine": how to replay it
+    schedule: str | None = None
+    history: tuple[Operation, ...] = ()
+    blocks: tuple[BlockRecord, ...] = ()
+    failed_op: int | None = None
+    scenario: Any = None
+    table: str | None = None
+    program: str | None = None
+    reproduction: dict[str, int] | None = None
+
+
+@dataclass
+class SliceResult:
+    """Executions and operations the slice ran, and its finding if any."""
+
+    executions: int = 0
+    operations: int = 0
+    finding: Finding | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def scenario_config(target: FuzzTarget) -> ScenarioConfig:
+    """The controlled-scenario configuration for ``target``."""
+    return ScenarioConfig(
+        target.factory,
+        target.is_async,
+        num_blocks=target.num_blocks,
+        block_shape=target.block_shape,
+        backend=target.backend,
+    )
+
+
+def run_slice(strategy: str, target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
+    """Run ``strategy`` on ``target`` for about ``budget_s`` wall seconds."""
+    runner = _RUNNERS.get(strategy)
+    if runner is None:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    return runner(target, seed, budget_s)
+
+
+def _controlled(
+    make: Callable[[int], Scheduler], name: str
+) -> Callable[[FuzzTarget, int, float], SliceResult]:
+    def run(target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
+        result = search(scenario_config(target), make(seed), budget_s=budget_s)
+        failure = result.failure
+        if failure is None:
+            return SliceResult(result.executions, result.operations)
+        finding = Finding(
+            failure.violation,
+            name,
+            seed,
+            result.elapsed_s,
+            "scenario",
+            schedule=str(failure.schedule),
+            history=failure.history,
+            blocks=failure.blocks,
+            failed_op=failure.failed_op,
+            scenario=failure.scenario.to_json(),
+            table=failure.table(),
+        )
+        return SliceResult(result.executions, result.operations, finding)
+
+    return run
+
+
+def _stress(target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
+    result = stress(scenario_config(target), seed=seed, budget_s=budget_s, replays=5)
+    failure = result.failure
+    if failure is None:
+        return SliceResult(result.executions, result.operations)
+    finding = Finding(
+        failure.violation,
+        "stress",
+        failure.seed,
+        result.elapsed_s,
+        "stress",
+        history=failure.history,
+        blocks=failure.blocks,
+        scenario=failure.scenario.to_json(),
+        reproduction={"reproduced": failure.reproduced, "replays": failure.replays},
+    )
+    return SliceResult(result.executions, result.operations, finding)
+
+
+def machine_settings() -> settings:
+    """Hypothesis settings for a fuzzing slice: seeded from outside, no database, no deadline."""
+    return settings(
+        max_examples=MACHINE_EXAMPLES,
+        stateful_step_count=30,
+        deadline=None,
+        derandomize=False,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+        phases=[Phase.generate, Phase.shrink],
+    )
+
+
+def run_machine(target: FuzzTarget, seed: int) -> InvariantViolation | None:
+    """One seeded Hypothesis run of the state machine; the violation it ends with, if any."""
+    machine = pool_machine(
+        target.factory,
+        num_blocks=target.num_blocks,
+        block_shape=target.block_shape,
+        backend=target.backend,
+        timing=TimingPolicy(hang_bound=MACHINE_HANG_BOUND),
+    )
+    core: Any = hypothesis.core
+    saved = core.global_force_seed
+    core.global_force_seed = seed  # Hypothesis' own hook for a run's seed (--hypothesis-seed)
+    try:
+        run_state_machine_as_test(machine, settings=machine_settings())  # type: ignore[no-untyped-call]
+    except InvariantViolation as violation:
+        return violation
+    except BaseExceptionGroup as group:  # a flaky failure: it did not recur on replay
+        matched: BaseException | None = group.split(InvariantViolation)[0]
+        while isinstance(matched, BaseExceptionGroup):
+            matched = matched.exceptions[0]
+        if isinstance(matched, InvariantViolation):
+            return matched
+        raise
+    finally:
+        core.global_force_seed = saved
+    return None
+
+
+def _machine(target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
+    start = time.monotonic()
+    result = SliceResult()
+    run = 0
+    while run == 0 or time.monotonic() - start < budget_s:
+        run_seed = seed + run
+        violation = run_machine(target, run_seed)
+        run += 1
+        result.executions += MACHINE_EXAMPLES
+        if violation is not None:
+            notes = [n for n in getattr(violation, "__notes__", []) if n != "Falsifying example:"]
+            result.finding = Finding(
+                violation,
+                "machine",
+                run_seed,
+                time.monotonic() - start,
+                "machine",
+                history=violation.history,
+                blocks=violation.blocks,
+                program="\n".join(notes) or None,
+            )
+            return result
+    return result
+
+
+_RUNNERS: dict[str, Callable[[FuzzTarget, int, float], SliceResult]] = {
+    "pct": _controlled(lambda seed: PCTScheduler(depth=3, seed=seed), "pct"),
+    "random": _controlled(lambda seed: RandomScheduler(seed=seed), "random"),
+    "machine": _machine,
+    "stress": _stress,
+}

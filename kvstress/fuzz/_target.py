@@ -1,0 +1,110 @@
+"""The pool under test, named ``MODULE:ATTR``, imported and checked before any search starts.
+
+Everything wrong here is the user's input, not a finding: a bad name, a module that does not
+import, a factory that cannot build a pool with the given arguments, or an object that lacks
+the protocol's methods. Each is one ``TargetError`` line (exit 2 from the CLI).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import torch
+
+from kvstress._checks import check_block_shape, check_num_blocks
+from kvstress.harness._driver import PROTOCOL, is_async_factory
+
+_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+BACKENDS = ("asyncio", "trio")
+
+
+class TargetError(ValueError):
+    """The pool named on the command line (or to the plugin) cannot be used; one line."""
+
+
+@dataclass(frozen=True)
+class FuzzTarget:
+    """A pool factory and the arguments every search builds it with."""
+
+    spec: str  # MODULE:ATTR
+    factory: Callable[..., Any]
+    is_async: bool
+    num_blocks: int = 2
+    block_shape: tuple[int, ...] = (2, 4)
+    backend: str = "asyncio"  # async pools: the event loop library
+
+    @property
+    def mode(self) -> str:
+        """ "async" or "threads", as reports name it."""
+        return "async" if self.is_async else "threads"
+
+
+def load_target(
+    spec: str, *, num_blocks: int = 2, block_shape: Sequence[int] = (2, 4), backend: str = "asyncio"
+) -> FuzzTarget:
+    """Import ``spec`` (``MODULE:ATTR``, from the current directory or PYTHONPATH), build one pool
+    to check it keeps the protocol, and tell threads from async."""
+    if not isinstance(spec, str) or not _SPEC.match(spec):
+        raise TargetError(
+            f"--pool must be MODULE:ATTR (for example kvstress:ThreadedBlockPool), got {spec!r}"
+        )
+    if backend not in BACKENDS:
+        raise TargetError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    try:
+        blocks, shape = check_num_blocks(num_blocks), check_block_shape(block_shape)
+    except ValueError as error:
+        raise TargetError(str(error)) from None
+    factory = _import(spec)
+    pool = _build(spec, factory, blocks, shape, backend)
+    missing = [name for name in PROTOCOL if not hasattr(pool, name)]
+    if missing:
+        raise TargetError(
+            f"{spec} built a {type(pool).__name__}, which lacks the protocol's {', '.join(missing)}"
+        )
+    return FuzzTarget(spec, factory, inspect.iscoroutinefunction(pool.acquire), blocks, shape, backend)
+
+
+def _import(spec: str) -> Callable[..., Any]:
+    module_name, attribute = spec.split(":", 1)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the console script does not put it there
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        raise TargetError(
+            f"cannot import {module_name!r} for --pool {spec}: {type(error).__name__}: {error}"
+        ) from None
+    value: Any = module
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise TargetError(f"module {module_name!r} has no attribute {attribute!r} (--pool {spec})")
+        value = getattr(value, part)
+    if not callable(value):
+        raise TargetError(f"--pool {spec} names a {type(value).__name__}, not a pool class or factory")
+    return value  # type: ignore[no-any-return]
+
+
+def _build(spec: str, factory: Callable[..., Any], blocks: int, shape: tuple[int, ...], backend: str) -> Any:
+    def make() -> Any:
+        return factory(blocks, shape, dtype=torch.float32, device=None)
+
+    async def make_in_loop() -> Any:
+        return make()
+
+    try:
+        if is_async_factory(factory) is False:
+            return make()
+        return anyio.run(make_in_loop, backend=backend)  # async pools may need a running loop
+    except Exception as error:
+        raise TargetError(
+            f"{spec}({blocks}, {shape}, dtype=torch.float32, device=None) raised "
+            f"{type(error).__name__}: {error}"
+        ) from None

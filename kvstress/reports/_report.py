@@ -1,0 +1,139 @@
+"""Failure reports: one JSON file per failure (schema ``kvstress.failure/1``), HTML beside it.
+
+The JSON is the record; the HTML is rendered from it and can be rendered again
+(``kvstress report``). Reports are read back with ``json`` only, never unpickled, and checked
+field by field, so a truncated, corrupt or foreign file is one clear ``ReportError``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from kvstress._violation import INVARIANTS
+
+SCHEMA = "kvstress.failure/1"
+REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "schema": str,
+    "invariant": str,
+    "message": str,
+    "pool": str,
+    "mode": str,
+    "backend": (str, type(None)),
+    "strategy": str,
+    "seed": int,
+    "schedule": (str, type(None)),
+    "elapsed_s": (int, float),
+    "history": list,
+    "blocks": list,
+    "metrics": dict,
+    "versions": dict,
+    "replay": str,
+}
+MODES = ("threads", "async")
+
+
+class ReportError(ValueError):
+    """A file that is not a readable kvstress failure report; the message is one line."""
+
+
+def versions() -> dict[str, str]:
+    """kvstress, Python and torch versions, and the device the pools ran on."""
+    import torch
+
+    try:
+        own = metadata.version("kvstress")
+    except metadata.PackageNotFoundError:
+        own = "unknown"
+    device = f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "cpu"
+    return {
+        "kvstress": own,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": device,
+    }
+
+
+def write_report(report: Mapping[str, Any], report_dir: str | os.PathLike[str]) -> Path:
+    """Write ``report`` as ``<dir>/<time>-<invariant>-<pool>-<n>.json`` plus its ``.html``.
+
+    The name is claimed with O_EXCL, so processes writing into one directory (pytest-xdist
+    workers, ``fuzz --workers``) never collide. ``replay`` is filled in with the command that
+    replays this very file. Returns the JSON path.
+    """
+    directory = Path(report_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = _claim(directory, report)
+    data = dict(report)
+    data["replay"] = f"kvstress replay {shlex.quote(str(path))}"
+    text = json.dumps(data, indent=1, default=repr, allow_nan=False)
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+    write_html(data, path.with_suffix(".html"))
+    return path
+
+
+def write_html(report: Mapping[str, Any], path: Path) -> None:
+    """Render ``report`` to the self-contained HTML page at ``path``."""
+    from kvstress.reports._html import render_html
+
+    path.write_text(render_html(report), encoding="utf-8")
+
+
+def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check a report; ``ReportError`` (one line) for anything that is not one."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ReportError(f"cannot read report {str(path)!r}: {_reason(error)}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ReportError(
+            f"{str(path)!r} is not a kvstress report: not JSON ({error.msg} at line {error.lineno})"
+        ) from None
+    if not isinstance(data, dict):
+        raise ReportError(f"{str(path)!r} is not a kvstress report: the JSON is not an object")
+    if data.get("schema") != SCHEMA:
+        raise ReportError(
+            f"{str(path)!r} is not a kvstress report: schema is {data.get('schema')!r}, expected {SCHEMA!r}"
+        )
+    for field, kind in REQUIRED.items():
+        if field not in data:
+            raise ReportError(f"{str(path)!r} is an incomplete kvstress report: field {field!r} is missing")
+        if not isinstance(data[field], kind) or (isinstance(data[field], bool) and kind is int):
+            raise ReportError(
+                f"{str(path)!r} is a corrupt kvstress report: field {field!r} is {data[field]!r}"
+            )
+    if data["invariant"] not in INVARIANTS:
+        raise ReportError(f"{str(path)!r} names an unknown invariant {data['invariant']!r}")
+    if data["mode"] not in MODES:
+        raise ReportError(f"{str(path)!r} has mode {data['mode']!r}, expected one of {MODES}")
+    return data
+
+
+def _claim(directory: Path, report: Mapping[str, Any]) -> Path:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    pool = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(report.get("pool", "pool")))[-60:]
+    stem = f"{stamp}-{report.get('invariant', 'failure')}-{pool}-{os.getpid()}"
+    for number in range(10_000):
+        path = directory / f"{stem}-{number}.json"
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        return path
+    raise ReportError(f"cannot find a free report name in {str(directory)!r}")
+
+
+def _reason(error: BaseException) -> str:
+    return getattr(error, "strerror", None) or type(error).__name__

@@ -1,0 +1,191 @@
+"""kvstress fuzz / replay / report end to end, as a user runs them: subprocesses, exit codes, files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvstress.reports import REQUIRED, SCHEMA
+
+TESTS = Path(__file__).resolve().parent
+
+
+def kvstress(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m kvstress`` with the test pools importable, as a user's shell would."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "kvstress", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def found(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One fuzz run that finds the tiny pool's reset-after-offer race, shared by the tests below."""
+    cwd = tmp_path_factory.mktemp("fuzz")
+    done = kvstress(
+        "fuzz", "--pool", "pools.tiny:TinyResetAfterOfferPool", "--budget", "30", "--seed", "1", cwd=cwd
+    )
+    return done, cwd
+
+
+def test_a_correct_pool_exits_0(tmp_path: Path) -> None:
+    """No violation within the budget: exit 0 and a one-line summary."""
+    done = kvstress("fuzz", "--pool", "kvstress:ThreadedBlockPool", "--budget", "3", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("no violation found:")
+    assert not list((tmp_path / "reports").glob("*.json"))
+
+
+def test_a_violation_exits_1_and_writes_json_and_html(
+    found: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """Exit 1, the invariant on stdout, and a complete report with its HTML page beside it."""
+    done, cwd = found
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("violation: [dirty-read]")
+    reports = list((cwd / "reports").glob("*.json"))
+    assert len(reports) == 1
+    report = json.loads(reports[0].read_text())
+    assert report["schema"] == SCHEMA and set(REQUIRED) <= set(report)
+    assert report["pool"] == "pools.tiny:TinyResetAfterOfferPool" and report["mode"] == "threads"
+    assert report["schedule"].startswith("ks1:") and report["history"] and report["blocks"]
+    assert report["replay"] == f"kvstress replay {reports[0]}" or str(reports[0].name) in report["replay"]
+    assert reports[0].with_suffix(".html").read_text().startswith("<!DOCTYPE html>")
+    assert (cwd / "reports" / "events.jsonl").exists()
+
+
+def test_replay_reproduces_exactly(found: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    """kvstress replay on the report: exit 1 and ``reproduced: dirty-read``."""
+    _, cwd = found
+    report = next((cwd / "reports").glob("*.json"))
+    done = kvstress("replay", str(report), cwd=cwd)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines()[0] == "reproduced: dirty-read"
+
+
+def test_report_prints_and_rerenders(found: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    """kvstress report prints the interleaving and replay command; --html writes the page again."""
+    _, cwd = found
+    report = next((cwd / "reports").glob("*.json"))
+    page = report.with_suffix(".html")
+    page.unlink()
+    shown = kvstress("report", str(report), cwd=cwd)
+    assert (
+        shown.returncode == 0
+        and "<- failed here" in shown.stdout
+        and "replay: kvstress replay" in shown.stdout
+    )
+    rendered = kvstress("report", str(report), "--html", cwd=cwd)
+    assert rendered.returncode == 0 and page.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["fuzz", "--pool", "no colon"], "MODULE:ATTR"),
+        (["fuzz", "--pool", "no_such_module:Pool"], "cannot import"),
+        (["fuzz", "--pool", "kvstress:NoSuchPool"], "has no attribute"),
+        (["fuzz", "--pool", "kvstress:BlockState"], "raised"),
+        (["fuzz", "--pool", "pools.tiny:Block"], "raised TypeError"),
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--budget", "0"], "--budget"),
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--blocks", "0"], "num_blocks"),
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--shard", "2/2"], "--shard"),
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--strategy", "magic"], "--strategy"),
+        (["replay", "missing.json"], "cannot read"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
+    """Usage, import and configuration errors: exit 2, one stderr line naming the problem."""
+    done = kvstress(*args, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_factory_missing_the_protocol_is_a_usage_error(tmp_path: Path) -> None:
+    """An object without the protocol's methods is exit 2 naming what is missing, not a finding."""
+    (tmp_path / "halfpool.py").write_text(
+        "class Half:\n    def __init__(self, n, shape, *, dtype, device):\n        self.num_blocks = n\n"
+        "    def acquire(self, timeout=None):\n        return None\n"
+    )
+    done = kvstress("fuzz", "--pool", "halfpool:Half", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "lacks the protocol's mark_in_use, retain, release, free_count, free_ids" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ('{"schema": "kvstress.failure/1", "invariant": "dirty-re', "not JSON"),
+        ("[1, 2]", "not an object"),
+        ('{"schema": "junit/1"}', "schema"),
+        ('{"schema": "kvstress.failure/1", "invariant": "dirty-read"}', "missing"),
+    ],
+    ids=["truncated", "not-an-object", "foreign", "incomplete"],
+)
+def test_replay_of_a_bad_report_is_exit_2(tmp_path: Path, content: str, says: str) -> None:
+    """A truncated, corrupt or foreign file: exit 2 and one line; nothing is unpickled."""
+    path = tmp_path / "report.json"
+    path.write_text(content)
+    for command in ("replay", "report"):
+        done = kvstress(command, str(path), cwd=tmp_path)
+        assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_workers_stop_at_the_first_failure(tmp_path: Path) -> None:
+    """--workers 2: distinct seed streams, one report, exit 1."""
+    done = kvstress(
+        "fuzz", "--pool", "pools.tiny:TinyCheckThenPollPool", "--budget", "30", "--workers", "2", cwd=tmp_path
+    )
+    assert done.returncode == 1, done.stderr
+    assert "violation: [crash]" in done.stdout
+    assert len(list((tmp_path / "reports").glob("*.json"))) >= 1
+
+
+def test_a_machine_finding_replays_from_its_seed(tmp_path: Path) -> None:
+    """--strategy machine finds a double release; replay re-runs its seed and reports a rate."""
+    done = kvstress(
+        "fuzz",
+        "--pool",
+        "pools.broken:DoubleReleaseTruePool",
+        "--strategy",
+        "machine",
+        "--budget",
+        "30",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    report = next((tmp_path / "reports").glob("*.json"))
+    assert json.loads(report.read_text())["program"].startswith("state = ")
+    again = kvstress("replay", str(report), "--tries", "3", cwd=tmp_path)
+    assert again.returncode == 1 and again.stdout.startswith("reproduced: double-release (")
+
+
+def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    """SIGINT mid-run: the run stops, says so, and exits 130 (what was found is already written)."""
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kvstress", "fuzz", "--pool", "kvstress:ThreadedBlockPool", "--budget", "60"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(6)  # past the torch import, into the search
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, out + err
+    assert "Traceback" not in err

@@ -1,0 +1,315 @@
+"""The HTML failure page: well formed, self-contained, a lane per worker, a bar per operation, escaped."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvstress.reports._html import render_html
+
+HOSTILE = "<script>alert(1)</script>"
+QUOTES = '"><img src=x onerror=alert(2)>'
+_VOID = {"meta", "br", "hr", "img", "input", "link", "source", "wbr"}
+
+
+@dataclass
+class Node:
+    """One parsed element: its tag, attributes, children and the text directly inside it."""
+
+    tag: str
+    attrs: dict[str, str]
+    children: list[Node] = field(default_factory=list)
+    text: str = ""
+
+    def walk(self) -> Iterator[Node]:
+        """This node and every node below it, in document order."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def find(self, tag: str, cls: str | None = None) -> list[Node]:
+        """Every node below (or at) this one with ``tag`` and, if given, class ``cls``."""
+        return [n for n in self.walk() if n.tag == tag and (cls is None or cls in n.classes)]
+
+    @property
+    def classes(self) -> list[str]:
+        """The ``class`` attribute, split."""
+        return self.attrs.get("class", "").split()
+
+    def all_text(self) -> str:
+        """The text of this node and everything below it."""
+        return self.text + "".join(child.all_text() for child in self.children)
+
+
+class Collector(HTMLParser):
+    """Builds a tree of ``Node`` and records any end tag that does not close the open element."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#document", {})
+        self.stack = [self.root]
+        self.errors: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        node = Node(tag, {name: value or "" for name, value in attrs})
+        self.stack[-1].children.append(node)
+        if tag not in _VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.stack[-1].children.append(Node(tag, {name: value or "" for name, value in attrs}))
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.stack[-1].tag != tag:
+            self.errors.append(f"</{tag}> closes <{self.stack[-1].tag}>")
+            return
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.stack[-1].text += data
+
+
+def parse(page: str) -> Node:
+    """The page's tree; fails the test if it is not well nested or leaves an element open."""
+    collector = Collector()
+    collector.feed(page)
+    collector.close()
+    assert collector.errors == []
+    assert [node.tag for node in collector.stack] == ["#document"]
+    return collector.root
+
+
+def op(
+    index: int, worker: str, name: str, start: float, end: float | None, outcome: str, **kw: Any
+) -> dict[str, Any]:
+    """One history entry as the JSON report holds it."""
+    return {
+        "index": index,
+        "worker": worker,
+        "name": name,
+        "args": kw.get("args", {}),
+        "start": start,
+        "end": end,
+        "outcome": outcome,
+        "result": kw.get("result"),
+        "observed": kw.get("observed", {}),
+    }
+
+
+def make_report() -> dict[str, Any]:
+    """A dirty-read report from a virtual-time run: equal and denormal-close times, every outcome."""
+    history = [
+        op(0, "harness", "reset", 0.0, 0.0, "ok"),
+        op(1, "w0", "acquire", 0.0, 1e-320, "ok", args={"n": 2}, result=[3, 4]),
+        op(2, "w1", "acquire", 0.0, 2e-320, "info", args={"n": 1, "timeout": 0.5}),
+        op(3, "w2", "release", 1e-320, 2e-320, "raised", args={"block": 3}, result="DoubleRelease: block 3"),
+        op(4, "w0", "read", 2e-320, 3e-320, "ok", args={"block": 4}, result="nonzero", observed={"sum": 7.0}),
+        op(5, "w1", "acquire", 3e-320, None, "pending", args={"n": 1}),
+    ]
+    blocks = [
+        {"id": 3, "state": "FREE", "refcount": 0, "holders": [], "in_free_queue": True},
+        {"id": 4, "state": "HELD", "refcount": 1, "holders": ["w0"], "in_free_queue": False},
+        {"id": 5, "state": "FREE", "refcount": None, "holders": [], "in_free_queue": None},
+    ]
+    return {
+        "schema": "kvstress.failure/1",
+        "invariant": "dirty-read",
+        "message": "block 4 was handed to w0 with non-zero data (sum 7.0)",
+        "pool": "kvstress.pool:BlockPool",
+        "mode": "async",
+        "backend": "trio",
+        "strategy": "pct",
+        "seed": 1234,
+        "schedule": "ks1:pct:1234:0.1.2.0.1",
+        "elapsed_s": 0.0123,
+        "history": history,
+        "failed_op": 4,
+        "blocks": blocks,
+        "metrics": {"steps": 17, "preemptions": 2, "per_worker": {"w0": 3}},
+        "versions": {"kvstress": "0.1.0", "python": "3.11.7", "torch": "2.13.0", "device": "cpu"},
+        "replay": "kvstress replay --pool kvstress.pool:BlockPool 'ks1:pct:1234:0.1.2.0.1'",
+        "program": "state = PoolMachine()\nstate.acquire(n=2)\nstate.read(block=4)\nstate.teardown()",
+        "table": "| w0            | w1           |\n| acquire(2) -> [3, 4] |  |  <- failed here",
+        "scenario": [{"worker": "w0", "ops": ["acquire", "read"]}],
+        "reproduction": {"reproduced": 3, "replays": 4},
+        "config": {"blocks": 8, "workers": 3},
+        "created": "2025-01-01T00:00:00+00:00",
+    }
+
+
+@pytest.fixture(scope="module")
+def page() -> str:
+    """The rendered page of the realistic report."""
+    return render_html(make_report())
+
+
+@pytest.fixture(scope="module")
+def tree(page: str) -> Node:
+    """The parsed page."""
+    return parse(page)
+
+
+def bars(tree: Node) -> dict[int, Node]:
+    """Each operation's bar, by operation index."""
+    return {int(group.attrs["data-index"]): group.find("rect", "bar")[0] for group in tree.find("g", "op")}
+
+
+def test_the_title_and_heading_name_the_invariant(tree: Node) -> None:
+    """The <title>, the <h1> and the message paragraph carry the invariant id and the message."""
+    assert "dirty-read" in tree.find("title")[0].all_text()
+    assert "dirty-read" in tree.find("h1")[0].all_text()
+    assert "non-zero data" in tree.find("p", "message")[0].all_text()
+
+
+def test_the_summary_shows_run_facts(tree: Node) -> None:
+    """The summary lists pool, mode with backend, strategy, seed, versions and the reproduction rate."""
+    summary = tree.find("table", "kv")[0].all_text()
+    for fact in (
+        "kvstress.pool:BlockPool",
+        "async (trio)",
+        "pct",
+        "1234",
+        "torch 2.13.0",
+        "3/4 replays (75%)",
+    ):
+        assert fact in summary
+
+
+def test_the_timeline_has_one_lane_per_worker_harness_last(tree: Node) -> None:
+    """Exactly one <svg>; its lane labels are the workers in order of appearance, harness last."""
+    (svg,) = tree.find("svg")
+    labels = [label.text for label in svg.find("text", "lane-label")]
+    assert labels == ["w0", "w1", "w2", "harness"]
+
+
+def test_each_operation_is_one_bar(tree: Node) -> None:
+    """There is one bar per operation, coloured by outcome class."""
+    groups = tree.find("g", "op")
+    assert len(tree.find("rect", "bar")) == len(groups) == 6
+    outcomes = {int(g.attrs["data-index"]): [c for c in g.classes if c.startswith("op-")] for g in groups}
+    assert outcomes[2] == ["op-info"] and outcomes[3] == ["op-raised"] and outcomes[5] == ["op-pending"]
+
+
+def test_the_failing_operation_is_marked(tree: Node) -> None:
+    """Only the failed_op's bar has class failed and data-failed, with a red marker beside it."""
+    marked = [index for index, bar in bars(tree).items() if "failed" in bar.classes]
+    assert marked == [4]
+    assert bars(tree)[4].attrs["data-failed"] == "true"
+    assert len(tree.find("path", "failed-marker")) == 1
+
+
+def test_a_pending_operation_reaches_the_right_edge_dashed(tree: Node) -> None:
+    """The operation with no end is drawn pending (dashed) and ends where the timeline ends."""
+    by_index = bars(tree)
+    pending = by_index[5]
+    assert "pending" in pending.classes and "stroke-dasharray" in pending.attrs
+    right = max(float(b.attrs["x"]) + float(b.attrs["width"]) for b in by_index.values())
+    assert float(pending.attrs["x"]) + float(pending.attrs["width"]) == right
+    assert not any("pending" in b.classes for i, b in by_index.items() if i != 5)
+
+
+def test_equal_and_denormal_times_keep_their_order(tree: Node) -> None:
+    """Times 1e-320 apart are laid out by rank: later starts sit further right, every bar has width."""
+    by_index = bars(tree)
+    x = {i: float(b.attrs["x"]) for i, b in by_index.items()}
+    assert x[0] == x[1] == x[2] < x[3] < x[4] < x[5]
+    assert all(float(b.attrs["width"]) > 0 for b in by_index.values())
+
+
+def test_the_block_table_has_a_row_per_block(tree: Node) -> None:
+    """The blocks table has one body row per block and shows holders and queue membership."""
+    (table,) = tree.find("table", "blocks")
+    rows = table.find("tbody")[0].find("tr")
+    assert len(rows) == 3
+    assert [cell.all_text() for cell in rows[1].find("td")] == ["4", "HELD", "1", "w0", "false"]
+
+
+def test_replay_schedule_program_and_table_are_shown(tree: Node) -> None:
+    """The replay command and schedule, the minimal program and the interleaving table are in <pre>."""
+    pres = [pre.all_text() for pre in tree.find("pre")]
+    report = make_report()
+    for text in (report["replay"], report["schedule"], report["program"], report["table"]):
+        assert text in pres
+
+
+def test_the_page_loads_nothing_external(page: str, tree: Node) -> None:
+    """No script element, no src or href, no @import and no http(s) address anywhere in the page."""
+    assert tree.find("script") == []
+    assert not any(name in ("src", "href") for node in tree.walk() for name in node.attrs)
+    for needle in ("@import", "url(http", "http://", "https://", "<link"):
+        assert needle not in page
+
+
+def hostile_report() -> dict[str, Any]:
+    """The realistic report with attacker-written strings in a worker name, message, args, blocks."""
+    report = copy.deepcopy(make_report())
+    report["message"] = HOSTILE
+    report["history"][1]["worker"] = HOSTILE
+    report["history"][1]["args"] = {"key": HOSTILE, QUOTES: QUOTES}
+    report["history"][3]["result"] = QUOTES
+    report["blocks"][1]["holders"] = [HOSTILE]
+    report["metrics"] = {HOSTILE: QUOTES}
+    report["program"] = HOSTILE
+    report["pool"] = QUOTES
+    return report
+
+
+def test_hostile_strings_appear_only_escaped() -> None:
+    """Script tags and quote-breaking strings come back as text, never as elements or attributes."""
+    page = render_html(hostile_report())
+    tree = parse(page)
+    assert "<script" not in page.lower() and "<img" not in page.lower()
+    assert tree.find("script") == [] and tree.find("img") == []
+    assert not any(name.startswith("on") for node in tree.walk() for name in node.attrs)
+    assert HOSTILE in [lane.attrs["data-worker"] for lane in tree.find("g", "lane")]
+    assert HOSTILE in tree.find("p", "message")[0].all_text()
+    assert "&lt;script&gt;" in page
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        {"history": None, "blocks": None, "schedule": None, "program": None, "table": None},
+        {"history": [], "blocks": [], "metrics": {}, "failed_op": None, "reproduction": None},
+        {"versions": None, "elapsed_s": None, "backend": None, "scenario": None, "config": None},
+    ],
+)
+def test_missing_optional_fields_still_render(missing: dict[str, Any]) -> None:
+    """A report with optional fields None or empty still renders a well-formed page."""
+    report = {**make_report(), **missing}
+    tree = parse(render_html(report))
+    assert "dirty-read" in tree.find("h1")[0].all_text()
+
+
+def test_a_minimal_report_renders() -> None:
+    """Only schema, invariant and message: no timeline, and the sections say nothing was recorded."""
+    page = render_html({"schema": "kvstress.failure/1", "invariant": "hang", "message": "w1 hung"})
+    tree = parse(page)
+    assert tree.find("svg") == [] and tree.find("table", "blocks") == []
+    assert "No history recorded." in page and "No blocks recorded." in page
+
+
+def _browser() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(_browser() is None, reason="no headless Chromium or Chrome installed")
+def test_a_headless_browser_renders_a_screenshot(tmp_path: Path, page: str) -> None:
+    """Headless Chromium opens the page offline and writes a non-empty PNG screenshot."""
+    browser = _browser()
+    assert browser is not None
+    (tmp_path / "report.html").write_text(page, encoding="utf-8")
+    shot = tmp_path / "report.png"
+    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}"]
+    subprocess.run(
+        [*command, "--window-size=1400,1000", (tmp_path / "report.html").as_uri()], timeout=60, check=True
+    )
+    assert shot.exists() and shot.stat().st_size > 0
