@@ -53,14 +53,11 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
     if kind == "stress":
         hits = sum(_stress_hit(target, report["seed"], invariant) for _ in range(tries))
         return ReplayOutcome(invariant, tries, hits, "free-running: a reproduction rate, not an exact replay")
-    machine_tries = max(1, tries // 3)
     hits = 0
-    for _ in range(machine_tries):
+    for _ in range(tries):
         violation = run_machine(target, report["seed"])
         hits += violation is not None and violation.invariant == invariant
-    return ReplayOutcome(
-        invariant, machine_tries, hits, "state machine on real threads: re-run from its seed"
-    )
+    return ReplayOutcome(invariant, tries, hits, "state machine on real threads: re-run from its seed")
 
 
 def _replay_schedule(target: FuzzTarget, report: Mapping[str, Any], invariant: str) -> ReplayOutcome:

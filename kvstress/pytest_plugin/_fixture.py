@@ -1,0 +1,133 @@
+"""The ``kvstress`` fixture: ``kvstress.check(MyPool)`` runs the search of ``kvstress fuzz``.
+
+A finding fails the test with ``InvariantViolation`` naming the invariant, the JSON report and
+the command that replays it, and adds the JUnit XML properties ``kvstress_invariant`` and
+``kvstress_report`` to the test. Everything the check needs from the session (budget, seed,
+report directory) comes from the plugin's options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvstress._violation import InvariantViolation
+from kvstress.fuzz import FuzzOutcome, fuzz, load_target, parse_mix
+from kvstress.pytest_plugin._options import SETTINGS, Settings, check_budget, check_seed
+from kvstress.pytest_plugin._seeds import seed_for
+from kvstress.reports import load_report
+
+
+def factory_spec(factory: str | Callable[..., Any]) -> str:
+    """The ``MODULE:ATTR`` name the fuzzer imports ``factory`` by (a string is passed through).
+
+    ValueError for a factory defined inside a function: the fuzzer imports the pool by name, and
+    no name reaches it. TypeError for anything that is neither a string nor a named callable.
+    """
+    if isinstance(factory, str):
+        return factory  # load_target checks the form and names what is wrong
+    module = getattr(factory, "__module__", None)
+    qualname = getattr(factory, "__qualname__", None)
+    if not callable(factory) or not isinstance(module, str) or not isinstance(qualname, str):
+        raise TypeError(
+            f"kvstress.check: factory must be a pool class or factory function, or a 'MODULE:ATTR' string, "
+            f"got {factory!r} ({type(factory).__name__})"
+        )
+    if "<locals>" in qualname:
+        raise ValueError(
+            f"kvstress.check: factory {qualname} (in {module}) is defined inside a function, so the fuzzer "
+            "cannot import it by name; define it at module level or pass a 'MODULE:ATTR' string"
+        )
+    return f"{module}:{qualname}"
+
+
+class PoolChecker:
+    """The value of the ``kvstress`` fixture: fuzzes pools for one test."""
+
+    def __init__(self, settings: Settings, node: pytest.Item) -> None:
+        self._settings = settings
+        self._node = node
+
+    @property
+    def session_seed(self) -> int:
+        """The session's seed (``--kvstress-seed``), the same on every xdist worker."""
+        return self._settings.session_seed
+
+    @property
+    def seed(self) -> int:
+        """This test's seed, derived from the session seed and the test's node id."""
+        return seed_for(self._settings.session_seed, self._node.nodeid)
+
+    @property
+    def budget_s(self) -> float:
+        """Default seconds per check (``--kvstress-budget``)."""
+        return self._settings.budget_s
+
+    @property
+    def report_dir(self) -> Path:
+        """Where failure reports are written (``--kvstress-report-dir``, absolute)."""
+        return self._settings.report_dir
+
+    def check(
+        self,
+        factory: str | Callable[..., Any],
+        *,
+        budget: float | None = None,
+        num_blocks: int = 2,
+        block_shape: Sequence[int] = (2, 4),
+        seed: int | None = None,
+        backend: str = "asyncio",
+        strategy: str = "auto",
+    ) -> FuzzOutcome:
+        """Fuzz the pool ``factory`` builds for ``budget`` seconds, as ``kvstress fuzz`` does.
+
+        ``factory`` is a module-level pool class or factory function, or ``"MODULE:ATTR"``.
+        ``budget`` defaults to ``--kvstress-budget``, ``seed`` to this test's seed; ``strategy``
+        is ``auto`` or a comma-separated list, as for ``kvstress fuzz --strategy``. Returns what
+        the search did; raises ``InvariantViolation`` on a finding (its report already written),
+        and ``ValueError`` (``kvstress.fuzz.TargetError`` for the pool) on bad arguments.
+        """
+        __tracebackhide__ = True  # the failure belongs to the test that called check
+        spec = factory_spec(factory)
+        budget_s = self.budget_s if budget is None else check_budget(budget, "kvstress.check: budget")
+        run_seed = self.seed if seed is None else check_seed(seed, "kvstress.check: seed")
+        mix = parse_mix(strategy)
+        target = load_target(spec, num_blocks=num_blocks, block_shape=block_shape, backend=backend)
+        outcome = fuzz(target, budget_s=budget_s, seed=run_seed, mix=mix, report_dir=self.report_dir, stream=0)
+        if outcome.interrupted:
+            raise KeyboardInterrupt  # fuzz swallows Ctrl-C for the CLI; pytest must still stop
+        if outcome.finding is not None:
+            raise self._violation(outcome, run_seed)
+        return outcome
+
+    def _violation(self, outcome: FuzzOutcome, seed: int) -> InvariantViolation:
+        assert outcome.finding is not None  # noqa: S101 - checked by the caller
+        found = outcome.finding.violation
+        if outcome.report is None:  # fuzz writes a report with every finding; keep the finding anyway
+            return found
+        report = load_report(outcome.report)
+        # What record_property does, without its xunit2 warning: under `-W error` that warning
+        # would replace the violation as the test's failure.
+        self._node.user_properties.append(("kvstress_invariant", report["invariant"]))
+        self._node.user_properties.append(("kvstress_report", str(outcome.report)))
+        lines = [report["message"]]
+        if report.get("table"):
+            lines += ["interleaving:", report["table"]]
+        lines += [
+            f"report: {outcome.report}",
+            f"replay: {report['replay']}",
+            f"seed: {seed} (kvstress.check(..., seed={seed}) repeats this search)",
+        ]
+        return InvariantViolation(report["invariant"], "\n".join(lines), found.history, found.blocks)
+
+
+@pytest.fixture
+def kvstress(request: pytest.FixtureRequest) -> PoolChecker:
+    """Fuzz a pool from a test: ``kvstress.check(MyPool)`` fails the test on a broken invariant."""
+    node = request.node
+    if not isinstance(node, pytest.Item):
+        raise TypeError(f"the kvstress fixture is function-scoped, but was requested by {node!r}")
+    return PoolChecker(request.config.stash[SETTINGS], node)
