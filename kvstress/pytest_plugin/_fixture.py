@@ -100,24 +100,22 @@ class PoolChecker:
         if outcome.interrupted:
             raise KeyboardInterrupt  # fuzz swallows Ctrl-C for the CLI; pytest must still stop
         if outcome.finding is not None:
-            raise self._violation(outcome, run_seed)
+            raise self._violation(outcome.finding.violation, outcome.report, run_seed)
         return outcome
 
-    def _violation(self, outcome: FuzzOutcome, seed: int) -> InvariantViolation:
-        assert outcome.finding is not None  # noqa: S101 - checked by the caller
-        found = outcome.finding.violation
-        if outcome.report is None:  # fuzz writes a report with every finding; keep the finding anyway
+    def _violation(self, found: InvariantViolation, path: Path | None, seed: int) -> InvariantViolation:
+        if path is None:  # fuzz writes a report with every finding; without one, keep the finding
             return found
-        report = load_report(outcome.report)
+        report = load_report(path)
         # What record_property does, without its xunit2 warning: under `-W error` that warning
         # would replace the violation as the test's failure.
         self._node.user_properties.append(("kvstress_invariant", report["invariant"]))
-        self._node.user_properties.append(("kvstress_report", str(outcome.report)))
+        self._node.user_properties.append(("kvstress_report", str(path)))
         lines = [report["message"]]
         if report.get("table"):
             lines += ["interleaving:", report["table"]]
         lines += [
-            f"report: {outcome.report}",
+            f"report: {path}",
             f"replay: {report['replay']}",
             f"seed: {seed} (kvstress.check(..., seed={seed}) repeats this search)",
         ]

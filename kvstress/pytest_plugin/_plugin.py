@@ -1,0 +1,57 @@
+"""The plugin's hooks: options, the session seed, the xdist hand-over and the controlled loop.
+
+The controller picks the session seed once (``pytest_configure``) and prints it in the header;
+xdist workers take it from ``workerinput``. Everything a test needs is kept in
+``config.stash[SETTINGS]``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvstress.pytest_plugin._loop import ControlledLoops
+from kvstress.pytest_plugin._options import MARKER, SETTINGS, add_options, read_settings
+from kvstress.pytest_plugin._xdist import SeedHandover, inherited_seed, is_worker
+
+LOOP_HOOK = "pytest_asyncio_loop_factories"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add the ``kvstress`` option group and its ini values."""
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker, settle the session's settings and plug in xdist and the loop."""
+    config.addinivalue_line("markers", MARKER)
+    settings = read_settings(config, inherited_seed(config))
+    config.stash[SETTINGS] = settings
+    if not is_worker(config):
+        config.option.kvstress_seed = settings.session_seed  # what workers would re-read
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(SeedHandover(settings.session_seed), "kvstress-xdist")
+    if settings.controlled_loop:
+        _check_loop_hook(config)
+        config.pluginmanager.register(ControlledLoops(settings.session_seed), "kvstress-controlled-loop")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The session seed (to repeat the session) and where reports go."""
+    settings = config.stash[SETTINGS]
+    lines = [
+        f"kvstress: seed {settings.session_seed} (repeat with --kvstress-seed {settings.session_seed}), "
+        f"budget {settings.budget_s:g} s per check, reports in {settings.report_dir}"
+    ]
+    if settings.controlled_loop:
+        lines.append("kvstress: pytest-asyncio tests run on the controlled event loop")
+    return lines
+
+
+def _check_loop_hook(config: pytest.Config) -> None:
+    # pytest-asyncio declares the hook when it loads; without it, our factory would be ignored
+    # and the tests would silently run on the stock loop.
+    if not config.pluginmanager.hasplugin("asyncio") or not hasattr(config.hook, LOOP_HOOK):
+        raise pytest.UsageError(
+            "--kvstress-controlled-loop (ini kvstress_controlled_loop) needs pytest-asyncio >= 1.4, "
+            f"which provides the {LOOP_HOOK} hook: pip install -U pytest-asyncio"
+        )
