@@ -96,7 +96,9 @@ class PoolChecker:
         run_seed = self.seed if seed is None else check_seed(seed, "kvstress.check: seed")
         mix = parse_mix(strategy)
         target = load_target(spec, num_blocks=num_blocks, block_shape=block_shape, backend=backend)
-        outcome = fuzz(target, budget_s=budget_s, seed=run_seed, mix=mix, report_dir=self.report_dir, stream=0)
+        outcome = fuzz(
+            target, budget_s=budget_s, seed=run_seed, mix=mix, report_dir=self.report_dir, stream=0
+        )
         if outcome.interrupted:
             raise KeyboardInterrupt  # fuzz swallows Ctrl-C for the CLI; pytest must still stop
         if outcome.finding is not None:

@@ -36,8 +36,10 @@ class ControlledLoops:
     def __init__(self, session_seed: int) -> None:
         self._session_seed = session_seed
         self._nodeid = ""  # the test being run: loops made now take their seed from it
-        # Every loop made, and the seed it was made with; loops are dropped once collected.
-        self._seeds: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
+        # Every loop made: its seed and the test it was made for; dropped once collected.
+        self._made: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, str]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_asyncio_loop_factories(
@@ -54,7 +56,7 @@ class ControlledLoops:
         """A controlled loop on a new scheduler seeded for the current test."""
         seed = seed_for(self._session_seed, self._nodeid)
         loop = controlled_loop_factory(RandomScheduler(seed))()
-        self._seeds[loop] = seed
+        self._made[loop] = (seed, self._nodeid)
         return loop
 
     @pytest.hookimpl(wrapper=True)
@@ -63,19 +65,21 @@ class ControlledLoops:
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         """Add the loop's seed to the report of a failed test that ran on a controlled loop."""
         report = yield
-        seed = self._seed_of(item) if report.failed else None
-        if seed is not None:
-            report.sections.append((SECTION, self.describe(seed)))
+        made = self._loop_of(item) if report.failed else None
+        if made is not None:
+            report.sections.append((SECTION, self.describe(*made)))
         return report
 
-    def describe(self, seed: int) -> str:
-        """The line a failed test's report shows."""
+    def describe(self, seed: int, nodeid: str) -> str:
+        """The line a failed test's report shows; ``nodeid`` is the test the loop was made for."""
+        # With a wider loop scope, the loop (and its seed) belongs to the scope's first test.
         return (
-            f"kvstress controlled loop seed: {seed} (derived from session seed {self._session_seed} "
-            f"and the test id; rerun with --kvstress-seed {self._session_seed} to replay it)"
+            f"kvstress controlled loop seed: {seed} (from session seed {self._session_seed} and "
+            f"{nodeid or 'no test'}, where the loop was made; rerun with --kvstress-seed "
+            f"{self._session_seed} to replay it)"
         )
 
-    def _seed_of(self, item: pytest.Item) -> int | None:
+    def _loop_of(self, item: pytest.Item) -> tuple[int, str] | None:
         # pytest-asyncio hands each test an asyncio.Runner fixture; the loop is the runner's.
         # Looking it up, rather than trusting the last loop made, stays right for wider loop
         # scopes, where one loop (made for an earlier test) runs many tests.
@@ -87,6 +91,6 @@ class ControlledLoops:
                 loop = value.get_loop()
             except RuntimeError:  # the runner is already closed
                 continue
-            if loop in self._seeds:
-                return self._seeds[loop]
+            if loop in self._made:
+                return self._made[loop]
         return None

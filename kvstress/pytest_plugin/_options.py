@@ -43,7 +43,7 @@ def add_options(parser: pytest.Parser) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help=f"wall seconds each kvstress.check fuzzes for (default {DEFAULT_BUDGET_S:g}; ini kvstress_budget)",
+        help=f"wall seconds each kvstress.check fuzzes for (default {DEFAULT_BUDGET_S:g})",
     )
     group.addoption(
         "--kvstress-seed",
@@ -71,7 +71,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("kvstress_budget", "default for --kvstress-budget", default=str(DEFAULT_BUDGET_S))
     parser.addini("kvstress_seed", "default for --kvstress-seed (empty: random)", default="")
     parser.addini("kvstress_report_dir", "default for --kvstress-report-dir", default=DEFAULT_REPORT_DIR)
-    parser.addini("kvstress_controlled_loop", "default for --kvstress-controlled-loop", type="bool", default=False)
+    parser.addini(
+        "kvstress_controlled_loop", "default for --kvstress-controlled-loop", type="bool", default=False
+    )
 
 
 def read_settings(config: pytest.Config, inherited_seed: int | None) -> Settings:
@@ -79,13 +81,13 @@ def read_settings(config: pytest.Config, inherited_seed: int | None) -> Settings
 
     A bad value raises ``pytest.UsageError`` naming the option and the value.
     """
-    controlled = config.option.kvstress_controlled_loop
+    flag = config.option.kvstress_controlled_loop  # None unless given on the command line
     with _usage_errors():
         return Settings(
             budget_s=_budget(config),
             session_seed=_session_seed(config) if inherited_seed is None else inherited_seed,
             report_dir=_report_dir(config),
-            controlled_loop=bool(config.getini("kvstress_controlled_loop") if controlled is None else controlled),
+            controlled_loop=bool(config.getini("kvstress_controlled_loop") if flag is None else flag),
         )
 
 

@@ -1,0 +1,297 @@
+"""The pytest plugin, end to end: inner pytest sessions (pytester, in a subprocess so the
+installed ``pytest11`` entry point loads) run user-style suites with the ``kvstress`` fixture.
+
+Inner sessions import torch, so there are three, each checking several things.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from kvstress.pytest_plugin import factory_spec, seed_for
+
+pytest_plugins = ["pytester"]
+
+INI = """
+[pytest]
+asyncio_default_fixture_loop_scope = function
+"""
+
+# A user's own pools, written in the inner test module so the class-object path is exercised:
+# a correct one, and the reset-after-offer race (offered before it is zeroed).
+POOLS = """
+import threading
+from collections import deque
+
+import torch
+
+from kvstress import BlockState
+
+
+class Block:
+    def __init__(self, block_id, data):
+        self.id, self.data, self.state, self.refcount = block_id, data, BlockState.FREE, 0
+
+
+class GoodPool:
+    backoff_bound = 0.0
+
+    def __init__(self, num_blocks, block_shape, *, dtype, device=None):
+        memory = torch.zeros((num_blocks, *block_shape), dtype=dtype)
+        self.num_blocks = num_blocks
+        self._free = deque(Block(i, memory[i]) for i in range(num_blocks))
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)
+
+    def acquire(self, timeout=None):
+        with self._lock:
+            if not self._free and not self._not_empty.wait_for(lambda: self._free, timeout):
+                return None
+            block = self._free.popleft()
+            block.state, block.refcount = BlockState.ACQUIRED, 1
+            return block
+
+    def mark_in_use(self, block):
+        with self._lock:
+            if block.state != BlockState.ACQUIRED:
+                raise ValueError("not acquired")
+            block.state = BlockState.IN_USE
+
+    def retain(self, block):
+        with self._lock:
+            if block.refcount < 1:
+                raise ValueError("not held")
+            block.refcount += 1
+
+    def release(self, block):
+        with self._lock:
+            if block.refcount < 1:
+                return False
+            block.refcount -= 1
+            if block.refcount:
+                return False
+            block.data.zero_()
+            block.state = BlockState.FREE
+            self._free.append(block)
+            self._not_empty.notify()
+            return True
+
+    def free_count(self):
+        return len(self._free)
+
+    def free_ids(self):
+        return [b.id for b in self._free]
+
+
+class ResetAfterOfferPool(GoodPool):
+    def release(self, block):
+        with self._lock:
+            if block.refcount < 1:
+                return False
+            block.refcount -= 1
+            if block.refcount:
+                return False
+            block.state = BlockState.FREE
+            self._free.append(block)
+            self._not_empty.notify()
+        block.data.zero_()
+        return True
+"""
+
+FUZZ_TESTS = """
+import pytest
+
+
+@pytest.mark.kvstress
+def test_library_pool(kvstress):
+    kvstress.check("kvstress:ThreadedBlockPool")
+
+
+def test_own_pool(kvstress):
+    kvstress.check(GoodPool)
+
+
+def test_broken_pool(kvstress):
+    kvstress.check(ResetAfterOfferPool)
+
+
+def test_local_factory_is_refused(kvstress):
+    class LocalPool(GoodPool):
+        pass
+
+    with pytest.raises(ValueError, match="LocalPool .* define it at module level"):
+        kvstress.check(LocalPool)
+"""
+
+# Every test notes its process and the session seed it saw, to compare xdist workers.
+SEED_LOG = """
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _log_seed(kvstress, request):
+    seeds = request.config.rootpath / "seeds"
+    seeds.mkdir(exist_ok=True)
+    (seeds / f"{os.getpid()}-{request.node.name}").write_text(str(kvstress.session_seed))
+"""
+
+LOOP_TESTS = """
+import asyncio
+
+import pytest
+
+
+@pytest.mark.asyncio
+async def test_loop():
+    assert (type(asyncio.get_running_loop()).__name__ == "ControlledEventLoop") is CONTROLLED
+"""
+
+INI_TESTS = """
+import asyncio
+
+import pytest
+from hypothesis import settings
+
+
+@pytest.mark.kvstress
+def test_ini_values(kvstress, request):
+    assert (kvstress.budget_s, kvstress.session_seed) == (0.5, 1234)
+    assert kvstress.report_dir == request.config.rootpath / "ini-reports"
+
+
+def test_profiles_are_registered_not_loaded():
+    assert settings.get_profile("kvstress-dev").max_examples == 50
+    ci = settings.get_profile("kvstress-ci")
+    assert (ci.derandomize, ci.database, ci.max_examples, ci.deadline) == (True, None, 200, None)
+    nightly = settings.get_profile("kvstress-nightly")
+    assert (nightly.derandomize, nightly.max_examples) == (False, 2000)
+    assert type(nightly.database).__name__ == "DirectoryBasedExampleDatabase"
+    assert settings.default.max_examples == 100
+
+
+@pytest.mark.asyncio
+async def test_on_controlled_loop():
+    assert type(asyncio.get_running_loop()).__name__ == "ControlledEventLoop"
+
+
+@pytest.mark.asyncio
+async def test_fails_on_controlled_loop():
+    await asyncio.sleep(1)
+    assert False, "planted failure"
+"""
+
+
+def _fuzz_suite(pytester: pytest.Pytester, *, controlled: bool) -> None:
+    pytester.makeini(INI)
+    pytester.makepyfile(
+        test_pools=POOLS + FUZZ_TESTS,
+        test_loop=LOOP_TESTS.replace("CONTROLLED", str(controlled)),
+    )
+
+
+def _only_report(report_dir: Path) -> tuple[Path, dict[str, object]]:
+    reports = sorted(report_dir.glob("*.json"))
+    assert len(reports) == 1, reports
+    return reports[0], json.loads(reports[0].read_text())
+
+
+def _assert_failure_shown(result: pytest.RunResult, report_dir: Path) -> tuple[Path, dict[str, object]]:
+    path, report = _only_report(report_dir)
+    result.stdout.fnmatch_lines(
+        [
+            f"E *InvariantViolation: [[]{report['invariant']}[]] *",
+            f"E * report: {path}",
+            f"E * replay: kvstress replay {path}",
+        ]
+    )
+    return path, report
+
+
+def test_check_passes_a_correct_pool_and_fails_a_broken_one(pytester: pytest.Pytester) -> None:
+    """Correct pools pass; a broken one fails naming invariant, report and replay, and JUnit gets both."""
+    _fuzz_suite(pytester, controlled=False)
+    result = pytester.runpytest_subprocess(
+        "--strict-markers",
+        "--kvstress-budget=1",
+        "--kvstress-seed=1",
+        "--kvstress-report-dir=out/reports",
+        "--junitxml=junit.xml",
+    )
+    result.assert_outcomes(passed=4, failed=1)
+    path, report = _assert_failure_shown(result, pytester.path / "out" / "reports")
+    cases = ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    broken = next(case for case in cases if case.get("name") == "test_broken_pool")
+    properties = {p.get("name"): p.get("value") for p in broken.iter("property")}
+    assert properties == {"kvstress_invariant": report["invariant"], "kvstress_report": str(path)}
+
+
+def test_xdist_workers_share_the_session_seed(pytester: pytest.Pytester) -> None:
+    """Under -n 2 the header shows one random seed, every worker uses it, and outcomes are right."""
+    _fuzz_suite(pytester, controlled=True)
+    pytester.makeconftest(SEED_LOG)
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--kvstress-budget=1", "--kvstress-report-dir=out", "--kvstress-controlled-loop"
+    )
+    result.assert_outcomes(passed=4, failed=1)
+    _assert_failure_shown(result, pytester.path / "out")
+    header_seeds = re.findall(r"^kvstress: seed (\d+) ", result.stdout.str(), re.MULTILINE)
+    logs = list((pytester.path / "seeds").iterdir())
+    assert len(header_seeds) == 1
+    assert {log.read_text() for log in logs} == set(header_seeds)
+    assert len({log.name.split("-")[0] for log in logs}) == 2  # two worker processes agreed
+
+
+def test_ini_options_marker_profiles_and_controlled_loop_seed(pytester: pytest.Pytester) -> None:
+    """ini values and the marker work, profiles exist, and a controlled-loop failure shows its seed."""
+    pytester.makeini(
+        INI
+        + "kvstress_budget = 0.5\nkvstress_seed = 1234\nkvstress_report_dir = ini-reports\n"
+        + "kvstress_controlled_loop = true\n"
+    )
+    pytester.makepyfile(test_ini=INI_TESTS)
+    result = pytester.runpytest_subprocess("--strict-markers")
+    result.assert_outcomes(passed=3, failed=1)
+    nodeid = "test_ini.py::test_fails_on_controlled_loop"
+    result.stdout.fnmatch_lines(
+        [
+            "kvstress: seed 1234 *",
+            "kvstress: pytest-asyncio tests run on the controlled event loop",
+            f"kvstress controlled loop seed: {seed_for(1234, nodeid)} (from session seed 1234 and {nodeid},*",
+        ]
+    )
+
+
+def test_factory_spec_names_module_level_factories() -> None:
+    """A module-level class becomes MODULE:QUALNAME; a string passes through unchanged."""
+    assert factory_spec(ET.Element) == "xml.etree.ElementTree:Element"
+    assert factory_spec("kvstress:ThreadedBlockPool") == "kvstress:ThreadedBlockPool"
+
+
+def test_factory_spec_refuses_a_local_factory() -> None:
+    """A factory defined in a function cannot be imported by name: ValueError says what to do."""
+
+    class LocalPool:
+        pass
+
+    with pytest.raises(ValueError, match=r"LocalPool \(in [\w.]*test_pytest_plugin\) .* at module level"):
+        factory_spec(LocalPool)
+
+
+def test_factory_spec_refuses_a_non_callable() -> None:
+    """Something that is neither a string nor a named callable is a TypeError naming its type."""
+    with pytest.raises(TypeError, match=r"got 3 \(int\)"):
+        factory_spec(3)  # type: ignore[arg-type]
+
+
+def test_seed_for_is_stable_and_per_test() -> None:
+    """The per-test seed is a fixed function of session seed and node id, below 2**63."""
+    assert seed_for(1, "t.py::a") == seed_for(1, "t.py::a")
+    assert len({seed_for(1, "t.py::a"), seed_for(1, "t.py::b"), seed_for(2, "t.py::a")}) == 3
+    assert 0 <= seed_for(1, "t.py::a") < 2**63
