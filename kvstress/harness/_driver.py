@@ -240,5 +240,3 @@ class PoolDriver(Scenarios):
                 f"{name} built a pool of {pool.num_blocks} blocks, asked for {self.num_blocks}"
             )
         return pool
-
-
