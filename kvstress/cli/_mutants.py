@@ -1,0 +1,96 @@
+"""``kvstress mutants``: run the planted-bug corpus and print what was found, how fast, by what.
+
+Exit 0 when every mutant is found with one of its declared ids and every correct pool stays
+clean; 1 otherwise. ``--compare`` times each strategy on its own (the state machine, random,
+PCT, free-running stress) beside the default mix.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from kvstress._format import table
+from kvstress.cli._parser import Parser, UsageError
+from kvstress.fuzz._score import Detection, detect, median_time, run_all, score
+
+COMPARED = ("machine", "random", "pct", "stress")
+
+
+def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
+    """Register ``mutants``."""
+    parser = subparsers.add_parser(
+        "mutants",
+        help="measure kvstress on its planted-bug corpus: mutation score and time to detect",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--budget", type=float, default=10.0, metavar="S", help="per mutant (%(default)s)")
+    parser.add_argument(
+        "--clean-budget", type=float, default=5.0, metavar="S", help="per correct pool (%(default)s)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="(%(default)s)")
+    parser.add_argument("--only", default="", metavar="NAME,...", help="run only these mutants")
+    parser.add_argument("--compare", action="store_true", help="also time each strategy on its own")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Score the corpus; print the table, the score and the correct pools' verdicts."""
+    from kvstress.mutants import CORRECT_POOLS, MUTANTS
+
+    if not args.budget > 0 or not args.clean_budget > 0:
+        raise UsageError("--budget and --clean-budget must be > 0 seconds")
+    chosen = _choose(MUTANTS, args.only)
+    found = run_all(chosen, lambda pool: detect(pool, budget_s=args.budget, seed=args.seed))
+    rows = [[d.name, ",".join(d.expected), d.invariant or "-", d.strategy or "-", _time(d)] for d in found]
+    print(table([["mutant", "declared", "found", "by", "search s"], *rows]))
+    median = median_time(found)
+    slowest = max((d.elapsed_s for d in found if d.detected and d.elapsed_s is not None), default=None)
+    print(
+        f"\nmutation score: {sum(d.detected for d in found)}/{len(found)} ({score(found):.0%}); "
+        f"median time to detect {_seconds(median)}, slowest {_seconds(slowest)} (budget {args.budget:g} s)"
+    )
+    if args.compare:
+        _compare(chosen, args)
+    clean = run_all(CORRECT_POOLS, lambda pool: detect(pool, budget_s=args.clean_budget, seed=args.seed))
+    alarms = [d for d in clean if d.invariant is not None]
+    for d in clean:
+        verdict = f"FALSE ALARM {d.invariant}" if d.invariant else "clean"
+        print(f"correct pool {d.name}: {verdict} ({args.clean_budget:g} s)")
+    return 0 if score(found) == 1.0 and not alarms else 1
+
+
+def _compare(mutants: Sequence[type], args: argparse.Namespace) -> None:
+    columns: dict[str, list[Detection]] = {}
+    for strategy in COMPARED:
+        columns[strategy] = run_all(
+            mutants,
+            lambda pool, s=strategy: detect(pool, budget_s=args.budget, seed=args.seed, mix=(s,)),  # type: ignore[misc]
+        )
+    rows = [[pool.__qualname__, *(_time(columns[s][i]) for s in COMPARED)] for i, pool in enumerate(mutants)]
+    rows.append(["score", *(f"{score(columns[s]):.0%}" for s in COMPARED)])
+    rows.append(["median s", *(_seconds(median_time(columns[s])) for s in COMPARED)])
+    print(f"\nseconds of search to detect, each strategy alone (- : not found in {args.budget:g} s)")
+    print(table([["mutant", *COMPARED], *rows]))
+
+
+def _choose(mutants: Sequence[type], only: str) -> list[type]:
+    if not only:
+        return list(mutants)
+    wanted = {name.strip() for name in only.split(",") if name.strip()}
+    known = {m.__qualname__ for m in mutants}
+    unknown = sorted(wanted - known)
+    if unknown:
+        raise UsageError(f"--only names unknown mutants: {', '.join(unknown)}")
+    return [m for m in mutants if m.__qualname__ in wanted]
+
+
+def _time(detection: Detection) -> str:
+    if detection.invariant is None:
+        return "-"
+    mark = "" if detection.detected else " (wrong id)"
+    return f"{detection.elapsed_s:.3f}{mark}"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} s"

@@ -1,0 +1,43 @@
+"""The planted-bug corpus: correct pools of three designs, and mutants that each plant one bug.
+
+``CORRECT_POOLS`` must pass any good harness; every class in ``MUTANTS`` must be caught with one
+of the invariant ids in its ``expected``. The pools keep the kvstress pool protocol and import
+nothing from kvstress but its block states and argument checks, as a user's pool would.
+
+This module only re-exports; everything is defined in private modules.
+"""
+
+from kvstress.mutants._async_pool import AsyncConditionPool as AsyncConditionPool
+from kvstress.mutants._block import Block as Block
+from kvstress.mutants._condvar_pool import CondvarPool as CondvarPool
+from kvstress.mutants._corpus import CORRECT_POOLS as CORRECT_POOLS
+from kvstress.mutants._corpus import MUTANTS as MUTANTS
+from kvstress.mutants._mutants_async import AsyncHoldTimePool as AsyncHoldTimePool
+from kvstress.mutants._mutants_async import AsyncLockLeakPool as AsyncLockLeakPool
+from kvstress.mutants._mutants_async import AsyncMillisecondsPool as AsyncMillisecondsPool
+from kvstress.mutants._mutants_async import AsyncRearmedTimeoutPool as AsyncRearmedTimeoutPool
+from kvstress.mutants._mutants_async import AsyncResetAfterOfferPool as AsyncResetAfterOfferPool
+from kvstress.mutants._mutants_async import AsyncSilentReleasePool as AsyncSilentReleasePool
+from kvstress.mutants._mutants_async import AsyncSpinPool as AsyncSpinPool
+from kvstress.mutants._mutants_async import AsyncStaleCountPool as AsyncStaleCountPool
+from kvstress.mutants._mutants_async import AsyncStillReleasingPool as AsyncStillReleasingPool
+from kvstress.mutants._mutants_async import AsyncTakeThenYieldPool as AsyncTakeThenYieldPool
+from kvstress.mutants._mutants_async import AsyncTryOncePool as AsyncTryOncePool
+from kvstress.mutants._mutants_async import AsyncUnshieldedReleasePool as AsyncUnshieldedReleasePool
+from kvstress.mutants._mutants_condvar import CheckThenPollPool as CheckThenPollPool
+from kvstress.mutants._mutants_condvar import FullTimeoutEachWakePool as FullTimeoutEachWakePool
+from kvstress.mutants._mutants_condvar import LockLeakPool as LockLeakPool
+from kvstress.mutants._mutants_condvar import PartialResetPool as PartialResetPool
+from kvstress.mutants._mutants_condvar import PreferredBlockPool as PreferredBlockPool
+from kvstress.mutants._mutants_condvar import ResetAfterOfferPool as ResetAfterOfferPool
+from kvstress.mutants._mutants_condvar import RetainLostUpdatePool as RetainLostUpdatePool
+from kvstress.mutants._mutants_condvar import SilentReleasePool as SilentReleasePool
+from kvstress.mutants._mutants_polling import ClampedReleasePool as ClampedReleasePool
+from kvstress.mutants._mutants_polling import CounterRacePool as CounterRacePool
+from kvstress.mutants._mutants_polling import LateZeroTestPool as LateZeroTestPool
+from kvstress.mutants._mutants_polling import ReservedCountPool as ReservedCountPool
+from kvstress.mutants._mutants_polling import RetainFreePool as RetainFreePool
+from kvstress.mutants._mutants_polling import UncappedBackoffPool as UncappedBackoffPool
+from kvstress.mutants._mutants_polling import ZeroBackoffPool as ZeroBackoffPool
+from kvstress.mutants._mutants_polling import ZeroMeansForeverPool as ZeroMeansForeverPool
+from kvstress.mutants._polling_pool import PollingCasPool as PollingCasPool

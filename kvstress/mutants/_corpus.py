@@ -1,0 +1,81 @@
+"""The corpus as two tuples: correct pools a harness must pass, and mutants it must catch.
+
+Each mutant plants one bug in one of the correct pools and names, in ``expected``, the invariant
+ids a good harness may report for it. Together the mutants cover every id in INVARIANTS.
+"""
+
+from __future__ import annotations
+
+from kvstress.mutants._async_pool import AsyncConditionPool
+from kvstress.mutants._condvar_pool import CondvarPool
+from kvstress.mutants._mutants_async import (
+    AsyncHoldTimePool,
+    AsyncLockLeakPool,
+    AsyncMillisecondsPool,
+    AsyncRearmedTimeoutPool,
+    AsyncResetAfterOfferPool,
+    AsyncSilentReleasePool,
+    AsyncSpinPool,
+    AsyncStaleCountPool,
+    AsyncStillReleasingPool,
+    AsyncTakeThenYieldPool,
+    AsyncTryOncePool,
+    AsyncUnshieldedReleasePool,
+)
+from kvstress.mutants._mutants_condvar import (
+    CheckThenPollPool,
+    FullTimeoutEachWakePool,
+    LockLeakPool,
+    PartialResetPool,
+    PreferredBlockPool,
+    ResetAfterOfferPool,
+    RetainLostUpdatePool,
+    SilentReleasePool,
+)
+from kvstress.mutants._mutants_polling import (
+    ClampedReleasePool,
+    CounterRacePool,
+    LateZeroTestPool,
+    ReservedCountPool,
+    RetainFreePool,
+    UncappedBackoffPool,
+    ZeroBackoffPool,
+    ZeroMeansForeverPool,
+)
+from kvstress.mutants._polling_pool import PollingCasPool
+
+CORRECT_POOLS: tuple[type, ...] = (CondvarPool, PollingCasPool, AsyncConditionPool)
+
+MUTANTS: tuple[type, ...] = (
+    # CondvarPool (threads)
+    ResetAfterOfferPool,
+    PartialResetPool,
+    CheckThenPollPool,
+    RetainLostUpdatePool,
+    PreferredBlockPool,
+    FullTimeoutEachWakePool,
+    SilentReleasePool,
+    LockLeakPool,
+    # PollingCasPool (threads)
+    CounterRacePool,
+    ReservedCountPool,
+    ClampedReleasePool,
+    LateZeroTestPool,
+    ZeroMeansForeverPool,
+    ZeroBackoffPool,
+    UncappedBackoffPool,
+    RetainFreePool,
+    # AsyncConditionPool (anyio: asyncio and trio)
+    AsyncResetAfterOfferPool,
+    AsyncTakeThenYieldPool,
+    AsyncUnshieldedReleasePool,
+    AsyncStaleCountPool,
+    AsyncSilentReleasePool,
+    AsyncMillisecondsPool,
+    AsyncTryOncePool,
+    AsyncRearmedTimeoutPool,
+    AsyncSpinPool,
+    AsyncHoldTimePool,
+    AsyncStillReleasingPool,
+    AsyncLockLeakPool,
+)
