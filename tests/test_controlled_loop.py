@@ -47,6 +47,7 @@ PUBLIC = {
     "StuckThread",
     "TaskStepTrace",
     "ThreadDeadlock",
+    "TimeLimitExceeded",
     "controlled_loop_factory",
     "current_loop",
     "explore",
@@ -319,7 +320,7 @@ def test_livelock_hits_the_step_limit() -> None:
 
         await asyncio.gather(spin(), spin())
 
-    with pytest.raises(StepLimitExceeded, match="ran 500 callbacks in one run"):
+    with pytest.raises(StepLimitExceeded, match="ran 500 callbacks at virtual time 0 s without time moving"):
         run_controlled(main, RandomScheduler(seed=1), max_steps=500)
 
 
@@ -388,3 +389,19 @@ def test_bad_arguments_and_foreign_loops_are_refused() -> None:
 
     with pytest.raises(RuntimeError, match="not a ControlledEventLoop"):
         asyncio.run(main())
+
+
+def test_polling_with_sleeps_is_not_a_spin_but_time_is_bounded() -> None:
+    """The step bound counts callbacks per instant (sleeps let time move); max_time bounds time."""
+    from kvstress.controlled import TimeLimitExceeded, run_controlled
+    from kvstress.schedulers import RandomScheduler
+
+    async def poll(until: float) -> float:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until:
+            await asyncio.sleep(0.001)
+        return loop.time()
+
+    assert run_controlled(lambda: poll(5.0), RandomScheduler(seed=1), max_steps=50) >= 5.0
+    with pytest.raises(TimeLimitExceeded, match="virtual time would pass 2 s"):
+        run_controlled(lambda: poll(float("inf")), RandomScheduler(seed=1), max_time=2.0)

@@ -569,3 +569,17 @@ def test_nested_run_is_rejected() -> None:
     """run_threads inside a controlled thread raises RuntimeError: one run at a time per process."""
     with pytest.raises(RuntimeError, match="another controlled thread run is in progress"):
         run(lambda: run_threads(lambda: None, RandomScheduler(seed=1)))
+
+
+def test_thread_polling_with_sleeps_is_bounded_by_virtual_time_not_steps() -> None:
+    """A poll loop that sleeps lets time move (no step limit); past max_time it is a time limit."""
+    from kvstress.controlled import TimeLimitExceeded
+
+    def poll(until: float) -> float:
+        while time.monotonic() < until:
+            time.sleep(0.001)
+        return time.monotonic()
+
+    assert run_threads(lambda: poll(3.0), RandomScheduler(seed=1), modules=[__name__], max_steps=50) >= 3.0
+    with pytest.raises(TimeLimitExceeded):
+        run_threads(lambda: poll(float("inf")), RandomScheduler(seed=1), modules=[__name__], max_time=1.0)

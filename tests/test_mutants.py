@@ -17,10 +17,8 @@ from kvstress.mutants import (
     CORRECT_POOLS,
     MUTANTS,
     AsyncConditionPool,
-    AsyncUnshieldedReleasePool,
     LateZeroTestPool,
     PollingCasPool,
-    ZeroMeansForeverPool,
 )
 
 MUTANT_BUDGET_S = 15.0
@@ -31,17 +29,6 @@ CLEAN_BUDGET_S = 5.0
 # strict xfail, so a harness that starts catching the bug turns the test red until the mark goes;
 # a race found only by luck is a plain xfail, so that it cannot make CI flaky either way.
 GAPS = {
-    AsyncUnshieldedReleasePool: (
-        True,
-        "kvstress never cancels a release (scenarios and the machine cancel only acquires), so a "
-        "release that leaves its block RELEASING when cancelled goes unseen",
-    ),
-    ZeroMeansForeverPool: (
-        True,
-        "acquire(timeout=0) polls for ever, sleeping up to 4 ms between polls: pct stops it at "
-        "20000 scheduling points and reports busy-wait, though the waiter sleeps; what it breaks is "
-        "its timeout (timeout-late, or hang, as the machine and stress strategies report)",
-    ),
     LateZeroTestPool: (
         False,
         "a one-line race window: seed 0 finds it after about 12 s on a 2-core box (crash from the "
@@ -213,3 +200,17 @@ async def test_a_cancelled_release_still_returns_the_block(anyio_backend: str) -
         scope.cancel()
         await pool.release(block)
     assert pool.free_ids() == [block.id] and block.state is BlockState.FREE and not block.data.any()
+
+
+class FinePollingPool(PollingCasPool):
+    """The correct polling pool with a fine backoff: 0.1 ms doubling up to 0.5 ms."""
+
+    first_backoff = 0.0001
+    max_backoff = 0.0005
+    backoff_bound = 0.0005
+
+
+def test_a_fine_polling_pool_is_not_called_a_spin(tmp_path: Path) -> None:
+    """Hundreds of short sleeps per wait let virtual time move: correct, so never busy-wait."""
+    outcome = run_fuzz(FinePollingPool, tmp_path, CLEAN_BUDGET_S)
+    assert outcome.finding is None, outcome.finding.violation

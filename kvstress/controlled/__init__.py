@@ -21,6 +21,7 @@ from kvstress.controlled._errors import SchedulerMisbehaved as SchedulerMisbehav
 from kvstress.controlled._errors import StepLimitExceeded as StepLimitExceeded
 from kvstress.controlled._errors import StuckThread as StuckThread
 from kvstress.controlled._errors import ThreadDeadlock as ThreadDeadlock
+from kvstress.controlled._errors import TimeLimitExceeded as TimeLimitExceeded
 from kvstress.controlled._explore import Exploration as Exploration
 from kvstress.controlled._explore import explore as explore
 from kvstress.controlled._loop import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS

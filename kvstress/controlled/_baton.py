@@ -9,10 +9,12 @@ runs at any time and the order is the scheduler's, decision by decision.
 A thread blocked in a cooperative primitive is not runnable until the primitive wakes it or its
 deadline passes. Time is virtual: ``now`` moves only when no thread is runnable, and then jumps
 to the earliest deadline. If no thread is runnable and none has a deadline, that is a deadlock,
-reported with the wait-for graph. ``max_steps`` bounds the scheduling points of one execution
-(livelock, spinning), and a watchdog on the caller's thread reports a thread that keeps the
-baton for ``stall_timeout`` wall seconds without reaching a scheduling point (blocked in a real
-lock, a C call, an untraced spin). Whatever the program does, ``run`` returns or raises.
+reported with the wait-for graph. ``max_steps`` bounds the scheduling points at one instant of
+virtual time (a spin never lets time move; a wait that sleeps between polls does), ``max_time``
+bounds virtual time itself (a wait that outlives every timeout), and a watchdog on the
+caller's thread reports a thread that keeps the baton for ``stall_timeout`` wall seconds without
+reaching a scheduling point (blocked in a real lock, a C call, an untraced spin). Whatever the
+program does, ``run`` returns or raises.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ from kvstress.controlled._errors import (
     StepLimitExceeded,
     StuckThread,
     ThreadDeadlock,
+    TimeLimitExceeded,
 )
 from kvstress.controlled._loop import FAIRNESS_BOUND
 from kvstress.schedulers import Scheduler
 
 DEFAULT_THREAD_STEPS = 200_000
-"""Scheduling points one controlled execution may pass before ``StepLimitExceeded``."""
+"""Scheduling points an execution may pass at one instant of virtual time before ``StepLimitExceeded``."""
 
 DEFAULT_STALL_TIMEOUT = 5.0
 """Wall seconds a thread may keep the baton without a scheduling point before ``StuckThread``."""
@@ -122,6 +125,7 @@ class ThreadController:
         max_steps: int = DEFAULT_THREAD_STEPS,
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
         start_time: float = 0.0,
+        max_time: float | None = None,
     ) -> None:
         if type(max_steps) is not int or max_steps < 1:
             raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r} ({type(max_steps).__name__})")
@@ -131,7 +135,11 @@ class ThreadController:
         self.trace_files = frozenset(trace_files)
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
-        self.now = float(start_time)
+        if max_time is not None and not (isinstance(max_time, int | float) and max_time > 0):
+            raise ValueError(f"max_time must be None or a number of virtual seconds > 0, got {max_time!r}")
+        self.max_time = max_time
+        self.now = self._origin = float(start_time)
+        self._instant_steps = 0  # scheduling points since virtual time last moved
         self.steps = 0
         self.decisions = 0
         self.switches = 0
@@ -163,11 +171,12 @@ class ThreadController:
         if me is None:
             return
         self.steps += 1
+        self._instant_steps += 1
         if self.aborting:
-            if self.steps > self.max_steps + _ABORT_STEPS:
+            if self._instant_steps > _ABORT_STEPS:
                 raise ThreadAborted
             return
-        if self.steps > self.max_steps:
+        if self._instant_steps > self.max_steps:
             self._fail_here(StepLimitExceeded(self._step_limit_message(me), me.name))
         nxt = self._pick(me)
         if nxt is not None and nxt is not me:  # None only once every thread finished
@@ -335,7 +344,17 @@ class ThreadController:
         timed = [t for t in self.threads if t.waiting is not None and t.deadline is not None]
         if not timed:
             return []
-        self.now = max(self.now, min(t.deadline for t in timed if t.deadline is not None))
+        when = min(t.deadline for t in timed if t.deadline is not None)
+        if self.max_time is not None and when > self._origin + self.max_time:
+            self._fail_here(
+                TimeLimitExceeded(
+                    f"virtual time would pass {self.max_time:g} s (the next deadline is {when:g} s): "
+                    "a thread keeps waiting or polling long past every timeout it was given"
+                )
+            )
+        if when > self.now:
+            self.now = when
+            self._instant_steps = 0  # the step bound is per instant: time moved
         for thread in timed:
             if thread.deadline is not None and thread.deadline <= self.now:
                 thread.waiting, thread.deadline, thread.timed_out = None, None, True
@@ -365,6 +384,7 @@ class ThreadController:
         if self.failure is None:
             self.failure = error
         self.aborting = True
+        self._instant_steps = 0  # from here it counts the unwinding
 
     def _fail_here(self, error: BaseException) -> Any:
         self._record(error)
@@ -390,9 +410,9 @@ class ThreadController:
         frame = _outer_traced_frame(sys._getframe(1), self.trace_files)
         where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
         return (
-            f"the controlled threads passed {self.max_steps} scheduling points without finishing: "
-            f"a livelock or a spin (thread {me.name} was running{where}, virtual time "
-            f"{self.now:g} s), or a longer program (pass a larger max_steps)"
+            f"the controlled threads passed {self.max_steps} scheduling points at virtual time "
+            f"{self.now:g} s without time moving: a spin or a livelock (thread {me.name} was "
+            f"running{where}), or a longer program (pass a larger max_steps)"
         )
 
     # -- the trace hook ------------------------------------------------------------------------

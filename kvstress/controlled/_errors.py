@@ -16,17 +16,23 @@ class Deadlock(ControlledLoopError):
 
 
 class StepLimitExceeded(ControlledLoopError):
-    """An execution ran ``max_steps`` callbacks (the loop) or scheduling points (threads) without
-    finishing.
+    """An execution ran ``max_steps`` callbacks (the loop) or scheduling points (threads) at one
+    instant of virtual time.
 
-    A livelock (tasks keep waking each other), a spin (virtual time never moves while a task or
-    thread stays runnable, so a wait that polls without parking never reaches its deadline), or
-    a program longer than the bound. ``culprit`` names the task or thread that ran last.
+    A spin (virtual time never moves while a task or thread stays runnable, so a wait that polls
+    without parking never reaches its deadline), a livelock (tasks keep waking each other), or a
+    program longer than the bound. A wait that sleeps between polls lets time move and is not
+    counted against it. ``culprit`` names the task or thread that ran last.
     """
 
     def __init__(self, message: str, culprit: str | None = None) -> None:
         super().__init__(message)
         self.culprit = culprit
+
+
+class TimeLimitExceeded(ControlledLoopError):
+    """Virtual time passed the run's ``max_time``: something kept waiting, or polling with sleeps,
+    long past every timeout it was given (a timeout ignored, a zero read as "forever")."""
 
 
 class SchedulerExhausted(ControlledLoopError):

@@ -27,13 +27,19 @@ import selectors
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from kvstress.controlled._errors import Deadlock, SchedulerExhausted, SchedulerMisbehaved, StepLimitExceeded
+from kvstress.controlled._errors import (
+    Deadlock,
+    SchedulerExhausted,
+    SchedulerMisbehaved,
+    StepLimitExceeded,
+    TimeLimitExceeded,
+)
 from kvstress.schedulers import Scheduler
 
 T = TypeVar("T")
 
 DEFAULT_MAX_STEPS = 1_000_000
-"""Callbacks one ``run_until_complete`` may run before ``StepLimitExceeded``."""
+"""Callbacks the loop may run at one instant of virtual time before ``StepLimitExceeded``."""
 
 FAIRNESS_BOUND = 1_000
 """Decisions a ready task (or thread) may be passed over in a row before it runs regardless.
@@ -52,9 +58,10 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     """An event loop for one execution of ``scheduler``; see the module docstring.
 
     Creating the loop starts the execution (``scheduler.new_execution()``) and raises
-    ``SchedulerExhausted`` when there is none left. ``max_steps`` bounds the callbacks of each
-    ``run_until_complete``/``run_forever`` (``StepLimitExceeded`` past it); ``start_time`` is
-    where virtual time starts, in seconds.
+    ``SchedulerExhausted`` when there is none left. ``max_steps`` bounds the callbacks run at one
+    instant of virtual time (``StepLimitExceeded``: a spin never lets time move); ``max_time``
+    (virtual seconds from the start, None: unbounded) bounds time itself (``TimeLimitExceeded``).
+    ``start_time`` is where virtual time starts, in seconds.
 
     ``steps`` counts callbacks run and ``decisions`` the times the scheduler was asked.
     """
@@ -68,7 +75,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     _process_events: Callable[[list[tuple[selectors.SelectorKey, int]]], None]
 
     def __init__(
-        self, scheduler: Scheduler, *, max_steps: int = DEFAULT_MAX_STEPS, start_time: float = 0.0
+        self,
+        scheduler: Scheduler,
+        *,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        start_time: float = 0.0,
+        max_time: float | None = None,
     ) -> None:
         super().__init__()  # first: BaseEventLoop.__del__ needs its fields even if we raise below
         try:
@@ -82,7 +94,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self.max_steps = max_steps
         self.steps = 0
         self.decisions = 0
-        self._now = float(start_time)
+        self.max_time = max_time
+        self._now = self._start = float(start_time)
         self._budget = max_steps
         # Invariant: lane ids are never reused; a task's entry goes when it is done.
         self._lanes: dict[asyncio.Future[Any], int] = {}
@@ -102,7 +115,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         return task
 
     def run_forever(self) -> None:
-        """Run until ``stop()``, at most ``max_steps`` callbacks this call."""
+        """Run until ``stop()``, at most ``max_steps`` callbacks per instant of virtual time."""
         self._budget = self.max_steps
         super().run_forever()
 
@@ -118,9 +131,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self._budget <= 0:
             culprit = next((t.get_name() for t, lane in self._lanes.items() if lane == self._current), None)  # type: ignore[attr-defined]
             raise StepLimitExceeded(
-                f"the controlled loop ran {self.max_steps} callbacks in one run without finishing: a "
-                f"livelock or a spin (task {culprit!r} ran last, virtual time {self._now:g} s), or a "
-                "longer program (pass a larger max_steps)",
+                f"the controlled loop ran {self.max_steps} callbacks at virtual time {self._now:g} s "
+                f"without time moving: a livelock or a spin (task {culprit!r} ran last), or a longer "
+                "program (pass a larger max_steps)",
                 culprit,
             )
         handle = self._choose(ready)
@@ -212,7 +225,15 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self._pop_timer()
         if not scheduled:
             raise Deadlock(self._deadlock_message())
-        self._now = max(self._now, scheduled[0].when())
+        when = scheduled[0].when()
+        if self.max_time is not None and when > self._start + self.max_time:
+            raise TimeLimitExceeded(
+                f"virtual time would pass {self.max_time:g} s (next timer at {when:g} s): something "
+                "keeps waiting or polling long past every timeout it was given"
+            )
+        if when > self._now:
+            self._now = when
+            self._budget = self.max_steps  # the step bound is per instant: time moved
         self._fire_due_timers()
 
     def _fire_due_timers(self) -> None:
@@ -264,7 +285,11 @@ def _check_options(max_steps: int, start_time: float) -> None:
 
 
 def controlled_loop_factory(
-    scheduler: Scheduler, *, max_steps: int = DEFAULT_MAX_STEPS, start_time: float = 0.0
+    scheduler: Scheduler,
+    *,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    start_time: float = 0.0,
+    max_time: float | None = None,
 ) -> Callable[[], ControlledEventLoop]:
     """A zero-argument loop factory: each call is a new loop and a new execution of ``scheduler``.
 
@@ -274,7 +299,7 @@ def controlled_loop_factory(
     """
 
     def factory() -> ControlledEventLoop:
-        return ControlledEventLoop(scheduler, max_steps=max_steps, start_time=start_time)
+        return ControlledEventLoop(scheduler, max_steps=max_steps, start_time=start_time, max_time=max_time)
 
     return factory
 
@@ -288,13 +313,18 @@ def current_loop() -> ControlledEventLoop:
 
 
 def run_controlled(
-    main: Callable[[], Coroutine[Any, Any, T]], scheduler: Scheduler, *, max_steps: int = DEFAULT_MAX_STEPS
+    main: Callable[[], Coroutine[Any, Any, T]],
+    scheduler: Scheduler,
+    *,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    max_time: float | None = None,
 ) -> T:
     """Run ``main()`` as one execution of ``scheduler`` with ``asyncio.Runner``; return its result.
 
     Raises what ``main`` raises, or ``SchedulerExhausted`` when the scheduler has no execution
     left (then ``main`` is never called).
     """
-    with asyncio.Runner(loop_factory=controlled_loop_factory(scheduler, max_steps=max_steps)) as runner:
+    factory = controlled_loop_factory(scheduler, max_steps=max_steps, max_time=max_time)
+    with asyncio.Runner(loop_factory=factory) as runner:
         runner.get_loop()  # create the loop (and start the execution) before main() exists
         return runner.run(main())

@@ -21,6 +21,7 @@ def run_threads(
     modules: Iterable[object] = (),
     max_steps: int = DEFAULT_THREAD_STEPS,
     stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+    max_time: float | None = None,
 ) -> T:
     """Run ``main()`` as one controlled execution of ``scheduler``; return what it returns.
 
@@ -32,13 +33,18 @@ def run_threads(
     cooperative ones.
 
     Raises what the first failing thread raised, ``ThreadDeadlock`` (every thread blocked, with
-    the wait-for graph), ``StepLimitExceeded`` (more than ``max_steps`` scheduling points),
+    the wait-for graph), ``StepLimitExceeded`` (more than ``max_steps`` scheduling points at one
+    instant of virtual time), ``TimeLimitExceeded`` (virtual time past ``max_time`` seconds),
     ``StuckThread`` (a thread ran ``stall_timeout`` wall seconds without a scheduling point) or
     ``SchedulerExhausted`` (the scheduler has no execution left; ``main`` never runs).
     """
     resolved = resolve_modules(modules)
     controller = ThreadController(
-        scheduler, trace_files=source_files(resolved), max_steps=max_steps, stall_timeout=stall_timeout
+        scheduler,
+        trace_files=source_files(resolved),
+        max_steps=max_steps,
+        stall_timeout=stall_timeout,
+        max_time=max_time,
     )
     with cooperative(resolved):
         return controller.run(main)  # type: ignore[no-any-return]

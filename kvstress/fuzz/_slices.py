@@ -9,13 +9,16 @@ carries what replays it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import hypothesis.core
+import hypothesis.internal.conjecture.engine as engine
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
@@ -137,8 +140,12 @@ def machine_settings() -> settings:
     )
 
 
-def run_machine(target: FuzzTarget, seed: int) -> InvariantViolation | None:
-    """One seeded Hypothesis run of the state machine; the violation it ends with, if any."""
+def run_machine(target: FuzzTarget, seed: int, shrink_s: float = 5.0) -> InvariantViolation | None:
+    """One seeded Hypothesis run of the state machine; the violation it ends with, if any.
+
+    Shrinking is capped at ``shrink_s`` wall seconds (Hypothesis' own cap is 300 s, and every
+    shrink step of a concurrency bug replays real threads), so a slice keeps to its budget.
+    """
     machine = pool_machine(
         target.factory,
         num_blocks=target.num_blocks,
@@ -147,10 +154,14 @@ def run_machine(target: FuzzTarget, seed: int) -> InvariantViolation | None:
         timing=TimingPolicy(hang_bound=MACHINE_HANG_BOUND),
     )
     core: Any = hypothesis.core
-    saved = core.global_force_seed
+    saved, saved_shrink = core.global_force_seed, engine.MAX_SHRINKING_SECONDS
     core.global_force_seed = seed  # Hypothesis' own hook for a run's seed (--hypothesis-seed)
+    engine.MAX_SHRINKING_SECONDS = max(1, math.ceil(shrink_s))
     try:
-        run_state_machine_as_test(machine, settings=machine_settings())  # type: ignore[no-untyped-call]
+        # Hypothesis' console reports (among them a warning, worded for its own five-minute
+        # cap, that shrinking stopped) stay quiet; the program comes from the notes.
+        with with_reporter(_quiet):
+            run_state_machine_as_test(machine, settings=machine_settings())  # type: ignore[no-untyped-call]
     except InvariantViolation as violation:
         return violation
     except BaseExceptionGroup as group:  # a flaky failure: it did not recur on replay
@@ -162,6 +173,11 @@ def run_machine(target: FuzzTarget, seed: int) -> InvariantViolation | None:
         raise
     finally:
         core.global_force_seed = saved
+        engine.MAX_SHRINKING_SECONDS = saved_shrink
+    return None
+
+
+def _quiet(text: object) -> None:
     return None
 
 
@@ -171,7 +187,7 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
     run = 0
     while run == 0 or time.monotonic() - start < budget_s:
         run_seed = seed + run
-        violation = run_machine(target, run_seed)
+        violation = run_machine(target, run_seed, shrink_s=max(1.0, budget_s - (time.monotonic() - start)))
         run += 1
         result.executions += MACHINE_EXAMPLES
         if violation is not None:

@@ -85,6 +85,14 @@ class Ledger:
             self.ended[block_id] += 1
             return True
 
+    def undo_give_up(self, holder: str, tenancy: Tenancy) -> None:
+        """Take back a ``give_up`` whose release was cancelled before it took effect."""
+        with self.lock:
+            if self.open.get(tenancy.block_id) is not tenancy:
+                self.open[tenancy.block_id] = tenancy
+                self.ended[tenancy.block_id] -= 1
+            tenancy.refs[holder] += 1
+
     def next_canary(self) -> float:
         """A fill value unique enough to tell writers apart, exact in every float dtype (1..250)."""
         with self.lock:

@@ -7,6 +7,7 @@ operations share is declared here and set up by ``PoolDriver``.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import time
@@ -131,10 +132,18 @@ class Operations:
         """Verify the canary, release; alone: True exactly for the last reference, refcount - 1."""
         await self.op_verify(holder, block_id)
         handle = self.ledger.handles[block_id]
+        tenancy = self.ledger.open[block_id]
+        refs_before = tenancy.total_refs
         last = self.ledger.give_up(holder, block_id)
         self._count_release()
         index = self.history.begin(holder, "release", {"block": block_id}, self._stamp())
-        returned, _ = await self._call(index, "release", self.pool.release, handle, count=True)
+        try:
+            returned, _ = await self._call(index, "release", self.pool.release, handle, count=True)
+        except Exception:
+            raise
+        except BaseException:  # cancelled: settle the ledger by what the pool shows
+            self._settle_cancelled_release(holder, tenancy, handle, refs_before, last)
+            raise
         self.history.end(index, self._stamp(), "ok", returned)
         if returned is True:
             with self.ledger.lock:
@@ -145,6 +154,21 @@ class Operations:
                 remaining = self.ledger.open[block_id].total_refs
                 checkers.check_refcount(block_id, self._refcount(handle), remaining, "release")
         return bool(returned)
+
+    def _settle_cancelled_release(
+        self, holder: str, tenancy: Any, handle: Any, refs_before: int, last: bool
+    ) -> None:
+        """A release cancelled before it took effect leaves the reference with its holder; one
+        cancelled after took it. A block left half-released (RELEASING, neither held nor
+        queued) is what the quiet check then reports."""
+        with contextlib.suppress(Exception):
+            untouched = self._state(handle) in (BlockState.ACQUIRED, BlockState.IN_USE)
+            if untouched and self._refcount(handle) == refs_before:
+                self.ledger.undo_give_up(holder, tenancy)
+                return
+        if last:
+            with self.ledger.lock:
+                self.ledger.returned[tenancy.block_id] += 1  # its answer is lost, its effect is not
 
     async def op_double_release(self, holder: str, block_id: int) -> None:
         """Release a block nobody holds: False, and the queue and counter unchanged."""

@@ -90,7 +90,8 @@ class Scenarios(Operations):
 
     async def run_program(self, holder: str, program: Sequence[tuple[str, Any]]) -> None:
         """One batch worker's program. Steps: acquire(timeout) (+ mark, write), release,
-        share(peer), verify, pause(n), cancel(peer) (async: cancel the peer's acquire in flight)."""
+        share(peer), verify, pause(n), cancel(peer) (async: cancel the peer's acquire or release
+        in flight)."""
         for kind, arg in program:
             mine = self.ledger.held_by(holder)
             if kind == "acquire":
@@ -107,7 +108,11 @@ class Scenarios(Operations):
                 if peer_scope is not None and peer_scope is not _NO_SCOPE:
                     peer_scope.cancel()
             elif kind == "release" and mine:
-                await self.op_release(holder, mine[-1])
+                # Cancellable too: a request cancelled while it gives its block back.
+                with anyio.CancelScope() if self.is_async else _NO_SCOPE as scope:
+                    self._scopes[holder] = scope
+                    await self.op_release(holder, mine[-1])
+                self._scopes.pop(holder, None)
             elif kind == "share" and mine:
                 await self.op_share(holder, mine[-1], f"b{arg}")
             elif kind == "verify" and mine:

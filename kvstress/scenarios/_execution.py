@@ -44,7 +44,7 @@ from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import run_to_completion
 from kvstress.harness._scenarios import Scenarios, first_violation
 from kvstress.linearize import check_history
-from kvstress.scenarios._programs import Scenario, generate
+from kvstress.scenarios._programs import TIMEOUTS, Scenario, generate
 from kvstress.schedulers import Scheduler
 
 VIRTUAL_TIMING = TimingPolicy(slack=1e-6, early_tolerance=1e-6, early_ratio=0.0)
@@ -160,7 +160,12 @@ def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionReco
                 run_trio_execution(config, scheduler, record)
         elif config.is_async:
             with loop_clock(resolve_modules(config.modules or (config.factory,))):
-                run_controlled(lambda: _async_main(config, record), scheduler, max_steps=config.max_steps)
+                run_controlled(
+                    lambda: _async_main(config, record),
+                    scheduler,
+                    max_steps=config.max_steps,
+                    max_time=time_bound(config),
+                )
         else:
             run_threads(
                 lambda: _thread_main(config, record),
@@ -168,6 +173,7 @@ def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionReco
                 modules=config.modules or (config.factory,),
                 max_steps=config.max_steps,
                 stall_timeout=config.stall_timeout,
+                max_time=time_bound(config),
             )
     except InvariantViolation as violation:
         record.failure = violation
@@ -213,6 +219,12 @@ async def run_workers(config: ScenarioConfig, record: ExecutionRecord, clock: Ca
         for holder, program in zip(record.scenario.workers, record.scenario.programs, strict=True):
             tg.start_soon(ops.run_program, holder, program, name=holder)
     await ops.finish()
+
+
+def time_bound(config: ScenarioConfig) -> float:
+    """Virtual seconds no execution can need: every acquire waiting out the longest timeout, one
+    after another, plus the hang bound. Past it, something ignored its timeout: a hang."""
+    return config.workers * config.length * max(TIMEOUTS) + config.timing.hang_bound
 
 
 def draw_scenario(config: ScenarioConfig, seed: int) -> Scenario:
