@@ -148,7 +148,7 @@ def test_generated_programs_start_with_an_acquire_and_cancel_only_when_async() -
     import random
 
     threaded = generate(random.Random(1), workers=3, length=40, cancel=False)
-    assert all(p[0][0] == "acquire" for p in threaded.programs)
+    assert all(p[0][0] == "acquire" for p in threaded.programs)  # seed 1 draws no shared opening
     assert not any(kind == "cancel" for p in threaded.programs for kind, _ in p)
     both = generate(random.Random(1), workers=3, length=40, cancel=True)
     assert any(kind == "cancel" for p in both.programs for kind, _ in p)
@@ -243,3 +243,16 @@ def test_hypothesis_drives_the_thread_baton_and_its_failure_replays() -> None:
     assert caught.value.invariant == "dirty-read"
     again = replay(config, failing[-1])
     assert again is not None and again.violation.invariant == "dirty-read"
+
+
+def test_some_scenarios_open_with_one_block_shared_by_all() -> None:
+    """About a quarter open with worker 0 sharing one block with every other, who then release it."""
+    import random
+
+    from kvstress.scenarios._programs import SHARED_SHARE
+
+    rng = random.Random(3)
+    drawn = [generate(rng, workers=3, length=6, cancel=False) for _ in range(400)]
+    shared = [s for s in drawn if s.programs[0][:3] == (("acquire", 0.0), ("share", 1), ("share", 2))]
+    assert abs(len(shared) / len(drawn) - SHARED_SHARE) < 0.08
+    assert all(s.programs[1][1] == ("release", None) for s in shared)

@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Sequence
 
 from kvstress._format import table
+from kvstress.cli._logging import configure
 from kvstress.cli._parser import Parser, UsageError
 from kvstress.fuzz._score import Detection, detect, median_time, run_all, score
 
@@ -31,6 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
     parser.add_argument("--seed", type=int, default=0, help="(%(default)s)")
     parser.add_argument("--only", default="", metavar="NAME,...", help="run only these mutants")
     parser.add_argument("--compare", action="store_true", help="also time each strategy on its own")
+    parser.add_argument(
+        "--report-dir", default="reports", metavar="DIR", help="for events.jsonl (%(default)s)"
+    )
     parser.set_defaults(run=run)
 
 
@@ -41,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.budget > 0 or not args.clean_budget > 0:
         raise UsageError("--budget and --clean-budget must be > 0 seconds")
     chosen = _choose(MUTANTS, args.only)
+    configure(args.report_dir, console=False)  # the table is the output; events go to the file
     found = run_all(chosen, lambda pool: detect(pool, budget_s=args.budget, seed=args.seed))
     rows = [[d.name, ",".join(d.expected), d.invariant or "-", d.strategy or "-", _time(d)] for d in found]
     print(table([["mutant", "declared", "found", "by", "search s"], *rows]))

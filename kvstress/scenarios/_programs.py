@@ -27,6 +27,9 @@ Program = tuple[Step, ...]
 TIMEOUTS = (0.0, 0.01, 0.05, 0.2)
 """The acquire timeouts a generated step draws from, in seconds."""
 
+SHARED_SHARE = 0.25
+"""The share of scenarios that open with one block shared by every worker (see ``generate``)."""
+
 _WEIGHTS = {"acquire": 34, "release": 26, "share": 10, "verify": 10, "pause": 12, "cancel": 8}
 
 
@@ -56,7 +59,11 @@ class Scenario:
 def generate(rng: random.Random, *, workers: int, length: int, cancel: bool) -> Scenario:
     """Draw ``workers`` programs of ``length`` steps each; ``cancel`` allows cancel steps (async).
 
-    Every program starts with an acquire, so each worker holds something to share and release.
+    Mostly, every program starts with an acquire, so each worker holds something to share and
+    release. One scenario in ``SHARED_SHARE`` starts from one block shared by all: worker 0
+    acquires it and hands a reference to each other worker, and they all release it at about
+    the same time. Races on a refcount (a lost update, a zero test outside the lock) need two
+    holders of one block releasing together, which random programs seldom line up.
     """
     if type(workers) is not int or not 1 <= workers <= 16:
         raise ValueError(f"workers must be an int in [1, 16], got {workers!r}")
@@ -64,13 +71,22 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool) -> 
         raise ValueError(f"length must be an int >= 1, got {length!r}")
     kinds = [k for k in _WEIGHTS if cancel or k != "cancel"]
     weights = [_WEIGHTS[k] for k in kinds]
+    shared = workers > 1 and length >= 3 and rng.random() < SHARED_SHARE
     programs = []
     for me in range(workers):
-        steps: list[Step] = [("acquire", rng.choice(TIMEOUTS))]
+        steps: list[Step] = (
+            _shared_opening(rng, me, workers) if shared else [("acquire", rng.choice(TIMEOUTS))]
+        )
         while len(steps) < length:
             steps.append(_draw(rng, rng.choices(kinds, weights)[0], me, workers))
         programs.append(tuple(steps))
     return Scenario(tuple(programs))
+
+
+def _shared_opening(rng: random.Random, me: int, workers: int) -> list[Step]:
+    if me == 0:
+        return [("acquire", 0.0), *(("share", peer) for peer in range(1, workers)), ("release", None)]
+    return [("pause", rng.randint(workers, workers + 2)), ("release", None)]
 
 
 def _draw(rng: random.Random, kind: str, me: int, workers: int) -> Step:
