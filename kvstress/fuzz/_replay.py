@@ -55,7 +55,7 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
         return ReplayOutcome(invariant, tries, hits, "free-running: a reproduction rate, not an exact replay")
     hits = 0
     for _ in range(tries):
-        violation = run_machine(target, report["seed"])
+        violation = run_machine(target, report["seed"], batches=bool(config.get("batches", True)))
         hits += violation is not None and violation.invariant == invariant
     return ReplayOutcome(invariant, tries, hits, "state machine on real threads: re-run from its seed")
 

@@ -147,6 +147,7 @@ def build_report(
             "kind": finding.kind,
             "num_blocks": target.num_blocks,
             "block_shape": list(target.block_shape),
+            **finding.options,
         },
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -50,6 +50,7 @@ class Finding:
     table: str | None = None
     program: str | None = None
     reproduction: dict[str, int] | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # what replay needs beyond the seed
 
 
 @dataclass
@@ -140,7 +141,9 @@ def machine_settings() -> settings:
     )
 
 
-def run_machine(target: FuzzTarget, seed: int, shrink_s: float = 5.0) -> InvariantViolation | None:
+def run_machine(
+    target: FuzzTarget, seed: int, shrink_s: float = 5.0, batches: bool = True
+) -> InvariantViolation | None:
     """One seeded Hypothesis run of the state machine; the violation it ends with, if any.
 
     Shrinking is capped at ``shrink_s`` wall seconds (Hypothesis' own cap is 300 s, and every
@@ -152,6 +155,7 @@ def run_machine(target: FuzzTarget, seed: int, shrink_s: float = 5.0) -> Invaria
         block_shape=target.block_shape,
         backend=target.backend,
         timing=TimingPolicy(hang_bound=MACHINE_HANG_BOUND),
+        batches=batches,
     )
     core: Any = hypothesis.core
     saved, saved_shrink = core.global_force_seed, engine.MAX_SHRINKING_SECONDS
@@ -187,7 +191,11 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
     run = 0
     while run == 0 or time.monotonic() - start < budget_s:
         run_seed = seed + run
-        violation = run_machine(target, run_seed, shrink_s=max(1.0, budget_s - (time.monotonic() - start)))
+        # Runs alternate: the sequential contract alone (quick examples: misuse, double
+        # release, timeouts), then with concurrent batches on real threads (slow examples).
+        batches = run % 2 == 1
+        shrink_s = max(1.0, budget_s - (time.monotonic() - start))
+        violation = run_machine(target, run_seed, shrink_s=shrink_s, batches=batches)
         run += 1
         result.executions += MACHINE_EXAMPLES
         if violation is not None:
@@ -201,6 +209,7 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
                 history=violation.history,
                 blocks=violation.blocks,
                 program="\n".join(notes) or None,
+                options={"batches": batches},
             )
             return result
     return result
