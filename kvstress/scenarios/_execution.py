@@ -206,7 +206,11 @@ def _thread_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
 
 
 async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
-    record.scenario = draw_scenario(config, current_loop().scheduler.next_u64())
+    loop = current_loop()
+    # Once a run has failed, the tasks it cancels may raise again while asyncio shuts down;
+    # the first failure is the finding, the rest is noise for the loop's default logger.
+    loop.set_exception_handler(_ignore)
+    record.scenario = draw_scenario(config, loop.scheduler.next_u64())
     await run_workers(config, record, anyio.current_time)
 
 
@@ -219,6 +223,10 @@ async def run_workers(config: ScenarioConfig, record: ExecutionRecord, clock: Ca
         for holder, program in zip(record.scenario.workers, record.scenario.programs, strict=True):
             tg.start_soon(ops.run_program, holder, program, name=holder)
     await ops.finish()
+
+
+def _ignore(loop: object, context: object) -> None:
+    return None
 
 
 def time_bound(config: ScenarioConfig) -> float:
