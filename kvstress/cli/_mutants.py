@@ -66,17 +66,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compare(mutants: Sequence[type], args: argparse.Namespace) -> None:
-    columns: dict[str, list[Detection]] = {}
-    for strategy in COMPARED:
-        columns[strategy] = run_all(
-            mutants,
-            lambda pool, s=strategy: detect(pool, budget_s=args.budget, seed=args.seed, mix=(s,)),  # type: ignore[misc]
-        )
-    rows = [[pool.__qualname__, *(_time(columns[s][i]) for s in COMPARED)] for i, pool in enumerate(mutants)]
-    rows.append(["score", *(f"{score(columns[s]):.0%}" for s in COMPARED)])
-    rows.append(["median s", *(_seconds(median_time(columns[s])) for s in COMPARED)])
+    # Row by row as each mutant finishes, so a run cut short still shows what it measured.
     print(f"\nseconds of search to detect, each strategy alone (- : not found in {args.budget:g} s)")
-    print(table([["mutant", *COMPARED], *rows]))
+    width = max(len(m.__qualname__) for m in mutants) + 2
+    print(("mutant".ljust(width) + "".join(s.ljust(10) for s in COMPARED)).rstrip(), flush=True)
+    columns: dict[str, list[Detection]] = {s: [] for s in COMPARED}
+    for pool in mutants:
+        for strategy in COMPARED:
+            columns[strategy].append(detect(pool, budget_s=args.budget, seed=args.seed, mix=(strategy,)))
+        cells = "".join(_time(columns[s][-1]).ljust(10) for s in COMPARED)
+        print((pool.__qualname__.ljust(width) + cells).rstrip(), flush=True)
+    print(("score".ljust(width) + "".join(f"{score(columns[s]):.0%}".ljust(10) for s in COMPARED)).rstrip())
+    print(
+        (
+            "median".ljust(width) + "".join(_seconds(median_time(columns[s])).ljust(10) for s in COMPARED)
+        ).rstrip()
+    )
 
 
 def _choose(mutants: Sequence[type], only: str) -> list[type]:
