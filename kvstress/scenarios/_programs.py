@@ -51,6 +51,12 @@ class Scenario:
             for worker, program in zip(self.workers, self.programs, strict=True)
         )
 
+    @property
+    def total_timeout(self) -> float:
+        """Seconds every acquire would wait if each timed out, one after another: no run of the
+        scenario needs longer, but for the pool's own lateness."""
+        return sum(float(arg or 0) for program in self.programs for kind, arg in program if kind == "acquire")
+
     def to_json(self) -> list[list[list[Any]]]:
         """A JSON-ready form."""
         return [[[kind, arg] for kind, arg in program] for program in self.programs]

@@ -187,7 +187,7 @@ def _thread_run(
     ]
     for thread in threads:
         thread.start()
-    bound = sum(float(a or 0) for p in scenario.programs for k, a in p if k == "acquire") + timing.hang_bound
+    bound = scenario.total_timeout + timing.hang_bound
     deadline = time.monotonic() + bound
     for holder, thread in zip(scenario.workers, threads, strict=True):
         thread.join(max(0.0, deadline - time.monotonic()))
@@ -202,9 +202,7 @@ async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: Ti
     assert record.scenario is not None
     pool = build_pool(config)
     ops = record.ops = ScenarioOps(config, pool, anyio.current_time, virtual=False, timing=timing)
-    bound = timing.hang_bound + sum(
-        float(a or 0) for p in record.scenario.programs for k, a in p if k == "acquire"
-    )
+    bound = timing.hang_bound + record.scenario.total_timeout
     with anyio.move_on_after(bound) as scope:
         async with anyio.create_task_group() as tg:
             for holder, program in zip(record.scenario.workers, record.scenario.programs, strict=True):

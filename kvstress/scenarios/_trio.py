@@ -78,9 +78,7 @@ def run_trio_execution(config: ScenarioConfig, scheduler: Scheduler, record: Exe
     seed = scheduler.next_u64()
     record.scenario = draw_scenario(config, seed)
     budget = _Guard(config.max_steps, record.scenario.workers)
-    bound = config.timing.hang_bound + sum(
-        float(arg or 0) for program in record.scenario.programs for kind, arg in program if kind == "acquire"
-    )
+    bound = config.timing.hang_bound + record.scenario.total_timeout
 
     async def main() -> bool:
         with trio.CancelScope() as scope:
