@@ -1,8 +1,6 @@
 """``python -m kvstress``: the command line, as the ``kvstress`` script runs it."""
 
-import sys
-
-from kvstress.cli import main
+from kvstress.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

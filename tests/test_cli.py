@@ -187,3 +187,27 @@ def test_multi_line_error_is_printed_on_one_line(
     monkeypatch.setattr("kvstress.cli._plan.plan", refuses)
     assert main(LLAMA2) == 2
     assert capsys.readouterr().err == "kvstress: error: first second\n"
+
+
+def test_a_lingering_thread_does_not_change_the_exit_status() -> None:
+    """A thread the run abandoned (a stuck pool, torch mid-call at Ctrl-C) must not turn the exit
+    into an abort at interpreter shutdown: the script flushes, then leaves with main()'s status."""
+    script = (
+        "import sys, threading, torch\n"
+        "from kvstress.cli import entry\n"
+        "def churn():\n"
+        "    block = torch.zeros(1 << 16)\n"
+        "    while True:\n"
+        "        block.add_(1)\n"
+        "threading.Thread(target=churn, daemon=True).start()\n"
+        f"sys.argv = ['kvstress', *{LLAMA2!r}]\n"
+        "entry()\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "KVSTRESS_MODELS"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "llama-2-7b" in done.stdout  # a pipe is block-buffered: this is the flush
+    assert done.stderr == ""

@@ -294,6 +294,32 @@ def test_thread_blocked_on_a_real_lock_is_reported_stuck() -> None:
     assert threading is REAL_THREADING
 
 
+def test_ctrl_c_in_the_supervisor_unwinds_every_controlled_thread() -> None:
+    """KeyboardInterrupt while threads run: they unwind before run_threads re-raises it, so none is
+    left running pool (or torch) code when the interpreter exits."""
+    finished: list[str] = []
+
+    def spinner(name: str) -> None:
+        try:
+            for _ in range(10**7):
+                pass
+        finally:
+            finished.append(name)
+
+    def main() -> None:
+        threads = [spawn(functools.partial(spinner, name), name=name) for name in "ab"]
+        _thread.interrupt_main()  # lands in the supervisor, on the real main thread
+        for thread in threads:
+            thread.join()
+
+    started = REAL_TIME.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run(main, max_steps=10**8, stall_timeout=30)
+    assert REAL_TIME.monotonic() - started < 5
+    assert sorted(finished) == ["a", "b"]
+    assert not [t for t in REAL_THREADING.enumerate() if t.name.startswith("kvstress-t")]
+
+
 # -- exceptions ----------------------------------------------------------------------------------
 
 

@@ -8,10 +8,13 @@ one module with ``add_parser`` and ``run``, listed in ``_COMMANDS``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
+import threading
 from importlib import metadata
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import kvstress
 from kvstress.cli import _bench, _fuzz, _mutants, _plan, _replay, _report
@@ -54,6 +57,25 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (``| head``): nothing more to say, and no traceback at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def entry() -> NoReturn:
+    """The ``kvstress`` script and ``python -m kvstress``: ``main()``, then exit with its status.
+
+    A pool that spins in C code or hangs is abandoned on a daemon thread (``StuckThread``, a hang),
+    and Ctrl-C can land while a worker is inside torch. The interpreter's own exit would end such a
+    thread inside C++ frames, and the process would abort (``terminate called without an active
+    exception``, status -6) instead of exiting with the status the run earned. So when a thread
+    lingers, everything is flushed and the process leaves at once.
+    """
+    status = main()
+    if any(t.is_alive() for t in threading.enumerate() if t is not threading.main_thread()):
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe: no reader is left
+                stream.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 def build_parser() -> Parser:

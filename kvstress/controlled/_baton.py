@@ -232,7 +232,11 @@ class ThreadController:
             first = self._start(main, "main")
             self.current = first
             first._wake.release()
-            self._supervise()
+            try:
+                self._supervise()
+            except BaseException:  # Ctrl-C in the supervisor: unwind the threads before leaving
+                self._interrupt()
+                raise
         finally:
             with _ACTIVE_LOCK:
                 _ACTIVE = None
@@ -295,6 +299,14 @@ class ThreadController:
             elif time.monotonic() - since > self.stall_timeout:
                 self._report_stuck()
                 return
+
+    def _interrupt(self, grace: float = 2.0) -> None:
+        """Abort the execution from outside (the supervisor was interrupted): the running thread
+        unwinds at its next scheduling point and hands the baton on, until every thread has. Waits
+        ``grace`` seconds at most, so that none is still inside the pool (or inside torch, whose C++
+        frames abort the process when the interpreter ends a daemon thread there) at exit."""
+        self.aborting = True
+        self._done.wait(grace)
 
     def _report_stuck(self) -> None:
         holder = self.current

@@ -189,10 +189,14 @@ def _thread_run(
         thread.start()
     bound = scenario.total_timeout + timing.hang_bound
     deadline = time.monotonic() + bound
-    for holder, thread in zip(scenario.workers, threads, strict=True):
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            raise InvariantViolation("hang", f"{holder}: its program did not finish within {bound:g} s")
+    try:
+        for holder, thread in zip(scenario.workers, threads, strict=True):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                raise InvariantViolation("hang", f"{holder}: its program did not finish within {bound:g} s")
+    except KeyboardInterrupt:
+        _let_finish(threads, grace=min(bound, 2.0))
+        raise
     if errors:
         raise errors[0] if isinstance(errors[0], InvariantViolation) else _crash(errors[0])
     run_to_completion(ops.finish())
@@ -210,6 +214,14 @@ async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: Ti
     if scope.cancelled_caught:
         raise InvariantViolation("hang", f"the workers' programs did not finish within {bound:g} s")
     await ops.finish()
+
+
+def _let_finish(threads: list[threading.Thread], grace: float) -> None:
+    """Give free-running workers ``grace`` seconds to end after Ctrl-C: a daemon thread still
+    inside torch when the interpreter exits takes the process down with it (``terminate``)."""
+    deadline = time.monotonic() + grace
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _noise_tracer(files: frozenset[str], noise: random.Random, probability: float) -> Any:

@@ -118,11 +118,15 @@ def _run_abandonable(run: Callable[[], bool], guard: _Guard, config: ScenarioCon
     thread = threading.Thread(target=target, name="kvstress-trio", daemon=True)
     thread.start()
     deadline = time.monotonic() + config.stall_timeout
-    while thread.is_alive() and time.monotonic() < deadline:
-        thread.join(0.01)
-        if guard.idle_forever.is_set():
-            thread.join(0.05)  # a cancellation may still end it cleanly
-            break
+    try:
+        while thread.is_alive() and time.monotonic() < deadline:
+            thread.join(0.01)
+            if guard.idle_forever.is_set():
+                thread.join(0.05)  # a cancellation may still end it cleanly
+                break
+    except KeyboardInterrupt:
+        thread.join(min(config.stall_timeout, 2.0))  # runs are short: let it end before exit
+        raise
     if thread.is_alive():
         raise Deadlock(
             "the trio run is blocked for good: every task waits, no deadline is left, and a "
