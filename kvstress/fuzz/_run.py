@@ -10,10 +10,13 @@ cannot see.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,10 +92,30 @@ def fuzz(
     if not budget_s > 0:
         raise ValueError(f"budget must be a number of seconds > 0, got {budget_s!r}")
     start = time.monotonic()
-    executions = operations = index = 0
     log.info("fuzz.start", pool=target.spec, mode=target.mode, budget_s=budget_s, seed=seed, stream=stream)
+    with _ctrl_c_flag() as ctrl_c:
+        return _loop(target, budget_s, seed, mix, report_dir, stream, stop, on_progress, ctrl_c, start)
+
+
+def _loop(
+    target: FuzzTarget,
+    budget_s: float,
+    seed: int,
+    mix: Sequence[str],
+    report_dir: str | Path,
+    stream: int,
+    stop: threading.Event | Any,
+    on_progress: Callable[[Progress], None] | None,
+    ctrl_c: threading.Event,
+    start: float,
+) -> FuzzOutcome:
+    executions = operations = index = 0
     try:
-        while (elapsed := time.monotonic() - start) < budget_s and not (stop is not None and stop.is_set()):
+        while (
+            (elapsed := time.monotonic() - start) < budget_s
+            and not (stop is not None and stop.is_set())
+            and not ctrl_c.is_set()
+        ):
             strategy = mix[index % len(mix)]
             if on_progress is not None:
                 on_progress(Progress(elapsed, budget_s, executions, operations, strategy))
@@ -103,6 +126,10 @@ def fuzz(
                 operations + result.operations,
                 index + 1,
             )
+            if ctrl_c.is_set():
+                # Ctrl-C landed inside this slice. An operation it cut short (a wait that gave
+                # up, a ledger half settled) is not the pool's fault, so nothing it found counts.
+                break
             if result.finding is not None:
                 found_at = elapsed + result.finding.elapsed_s
                 path = write_report(
@@ -111,10 +138,49 @@ def fuzz(
                 log.warning("fuzz.violation", invariant=result.finding.violation.invariant, report=str(path))
                 return FuzzOutcome(executions, operations, time.monotonic() - start, result.finding, path)
     except KeyboardInterrupt:
+        ctrl_c.set()
+    if ctrl_c.is_set():
+        # Either the KeyboardInterrupt came through, or it was raised where Python drops it (a gc
+        # callback, a __del__) and the flag ended the loop at the next slice.
         log.info("fuzz.interrupted", executions=executions)
         return FuzzOutcome(executions, operations, time.monotonic() - start, interrupted=True)
     log.info("fuzz.done", executions=executions, operations=operations)
     return FuzzOutcome(executions, operations, time.monotonic() - start)
+
+
+@contextlib.contextmanager
+def _ctrl_c_flag() -> Iterator[threading.Event]:
+    """An Event set by Ctrl-C for the duration, besides the usual KeyboardInterrupt.
+
+    Python raises KeyboardInterrupt in whatever the main thread runs next, and when that is a gc
+    callback (Hypothesis installs one) or a ``__del__``, the exception is printed as "ignored"
+    and lost. The flag outlives it. Installed only in the main thread, and only over Python's
+    default handler, so an application's own SIGINT handling is left alone.
+    """
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield flag
+        return
+
+    def on_sigint(signum: int, frame: object) -> None:
+        flag.set()
+        raise KeyboardInterrupt
+
+    def on_unraisable(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and flag.is_set():
+            return  # the one the flag carries on: no "Exception ignored" traceback for it
+        previous(unraisable)
+
+    previous = sys.unraisablehook
+    signal.signal(signal.SIGINT, on_sigint)
+    sys.unraisablehook = on_unraisable
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = previous
 
 
 def build_report(
