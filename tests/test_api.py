@@ -78,7 +78,19 @@ def test_importing_the_library_configures_no_logging() -> None:
         "assert not structlog.is_configured()\n"
         "assert not logging.getLogger().handlers\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert done.stdout == "" and done.stderr == ""  # structlog unconfigured would print to stdout
+
+
+def test_an_application_with_stdlib_logging_gets_the_events() -> None:
+    """Unless structlog is configured, events go to stdlib loggers under ``kvstress``, fields and all."""
+    code = (
+        "import logging, sys, kvstress\n"
+        "logging.basicConfig(stream=sys.stdout, format='%(name)s %(levelname)s %(message)s')\n"
+        "p = kvstress.ThreadedBlockPool(1, (1,)); b = p.acquire(); p.release(b); p.release(b)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert done.stdout.startswith("kvstress.pool WARNING double_release block=0 "), done.stdout
 
 
 def test_every_subpackage_is_listed_for_setuptools() -> None:

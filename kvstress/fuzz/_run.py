@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
+from kvstress._log import get_logger
 from kvstress.fuzz._slices import STRATEGIES, Finding, run_slice
 from kvstress.fuzz._target import FuzzTarget
 from kvstress.reports import versions, write_report
@@ -30,7 +29,7 @@ from kvstress.reports import versions, write_report
 DEFAULT_MIX = ("pct", "machine", "random", "pct", "stress")
 SLICE_S = 1.0
 
-log = structlog.get_logger("kvstress.fuzz")
+log = get_logger("kvstress.fuzz")
 
 
 @dataclass(frozen=True)

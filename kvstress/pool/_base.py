@@ -6,7 +6,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import structlog
 import torch
 
 from kvstress._checks import (
@@ -17,13 +16,14 @@ from kvstress._checks import (
     positive_int,
     resolve_device,
 )
+from kvstress._log import get_logger
 from kvstress.pool._block import Block
 from kvstress.pool._core import PoolCore
 from kvstress.pool._leaks import LeakDetection, LeakSuspect, LeakTracker
 from kvstress.pool._state import BlockState
 from kvstress.pool._storage import BlockStorage
 
-log = structlog.get_logger("kvstress.pool")
+log = get_logger("kvstress.pool")
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
 
-import structlog
+from kvstress._log import get_logger
 
-log = structlog.get_logger("kvstress.pool.leaks")
+log = get_logger("kvstress.pool.leaks")
 
 
 class LeakDetection(Enum):
