@@ -49,12 +49,25 @@ def test_a_hanging_pool_is_reported_not_waited_for() -> None:
     assert result.failure is not None and result.failure.violation.invariant == "hang"
 
 
+def test_replays_of_a_hang_stop_at_the_replay_budget() -> None:
+    """Each re-run of a hang costs its whole bound: none starts once the replay budget is spent,
+    and the failure counts only the re-runs that ran."""
+    config = ScenarioConfig(broken.DeadlockPool, False, length=3)
+    timing = TimingPolicy(hang_bound=0.5)
+    result = stress(config, seed=2, max_executions=3, replays=5, replay_budget_s=0.0, timing=timing)
+    assert result.failure is not None and result.failure.violation.invariant == "hang"
+    assert result.failure.replays == 0 and result.failure.reproduced == 0
+    again = stress(config, seed=2, max_executions=3, replays=5, replay_budget_s=0.1, timing=timing)
+    assert again.failure is not None and again.failure.replays == 1  # the first re-run outlasts 0.1 s
+
+
 @pytest.mark.parametrize(
     ("options", "word"),
     [
         ({}, "max_executions or budget_s"),
         ({"max_executions": 1, "yield_probability": 2.0}, "yield_probability"),
         ({"max_executions": 1, "replays": -1}, "replays"),
+        ({"max_executions": 1, "replay_budget_s": -1.0}, "replay_budget_s"),
     ],
 )
 def test_stress_rejects_bad_arguments(options: dict[str, float], word: str) -> None:

@@ -109,7 +109,11 @@ def _controlled(
 
 
 def _stress(target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
-    result = stress(scenario_config(target), seed=seed, budget_s=budget_s, replays=5)
+    # Re-runs that measure the reproduction rate share the slice's budget (at least one second):
+    # a hang costs its whole bound per re-run, and the fuzzing budget is the user's.
+    result = stress(
+        scenario_config(target), seed=seed, budget_s=budget_s, replays=5, replay_budget_s=max(1.0, budget_s)
+    )
     failure = result.failure
     if failure is None:
         return SliceResult(result.executions, result.operations)

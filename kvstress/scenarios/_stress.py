@@ -82,14 +82,17 @@ def stress(
     budget_s: float | None = None,
     yield_probability: float = 0.05,
     replays: int = 20,
+    replay_budget_s: float | None = None,
     timing: TimingPolicy | None = None,
     switch_interval: float | None = SWITCH_INTERVAL,
 ) -> StressResult:
     """Run seeded scenarios on free-running threads until one fails or a limit is reached.
 
-    Execution ``i`` uses seed ``seed + i``. A failure is re-run ``replays`` times with its seed
-    to measure how often it reproduces. ``yield_probability=0`` with ``switch_interval=None``
-    is plain threading, as a test suite without kvstress would run the pool.
+    Execution ``i`` uses seed ``seed + i``. A failure is re-run up to ``replays`` times with its
+    seed to measure how often it reproduces; no re-run starts once ``replay_budget_s`` seconds
+    have gone to them (a hang costs its whole bound each time), and the failure says how many
+    ran. ``yield_probability=0`` with ``switch_interval=None`` is plain threading, as a test
+    suite without kvstress would run the pool.
     """
     if max_executions is None and budget_s is None:
         raise ValueError("stress needs max_executions or budget_s (or both), got neither")
@@ -97,6 +100,8 @@ def stress(
         raise ValueError(f"yield_probability must be in [0, 1], got {yield_probability!r}")
     if type(replays) is not int or replays < 0:
         raise ValueError(f"replays must be an int >= 0, got {replays!r}")
+    if replay_budget_s is not None and not replay_budget_s >= 0:
+        raise ValueError(f"replay_budget_s must be a number of seconds >= 0 or None, got {replay_budget_s!r}")
     start = time.monotonic()
     done = operations = 0
     while max_executions is None or done < max_executions:
@@ -108,16 +113,16 @@ def stress(
         if record.failure is not None:
             elapsed = time.monotonic() - start
             invariant = record.failure.invariant
-            again = sum(
-                _fails_as(
-                    run_stress_execution(config, run_seed, yield_probability, timing, switch_interval),
-                    invariant,
-                )
-                for _ in range(replays)
-            )
+            again = ran = 0
+            replay_start = time.monotonic()
+            while ran < replays and (
+                replay_budget_s is None or time.monotonic() - replay_start < replay_budget_s
+            ):
+                rerun = run_stress_execution(config, run_seed, yield_probability, timing, switch_interval)
+                again, ran = again + _fails_as(rerun, invariant), ran + 1
             assert record.scenario is not None
             failure = StressFailure(
-                record.failure, run_seed, record.scenario, record.history, again, replays, record.blocks
+                record.failure, run_seed, record.scenario, record.history, again, ran, record.blocks
             )
             return StressResult(done, elapsed, failure, operations)
         operations += len(record.history)
