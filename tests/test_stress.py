@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 from pools import broken
 
 from kvstress import AsyncBlockPool, ThreadedBlockPool
 from kvstress.checkers import TimingPolicy
-from kvstress.scenarios import ScenarioConfig, run_stress_execution, stress
+from kvstress.mutants import AsyncLockLeakPool, LockLeakPool
+from kvstress.scenarios import ScenarioConfig, StressResult, run_stress_execution, stress
 
 
 def test_a_correct_threaded_pool_passes_a_few_stress_runs() -> None:
@@ -59,6 +61,34 @@ def test_replays_of_a_hang_stop_at_the_replay_budget() -> None:
     assert result.failure.replays == 0 and result.failure.reproduced == 0
     again = stress(config, seed=2, max_executions=3, replays=5, replay_budget_s=0.1, timing=timing)
     assert again.failure is not None and again.failure.replays == 1  # the first re-run outlasts 0.1 s
+
+
+@pytest.mark.parametrize(
+    ("factory", "is_async", "seed", "says"),
+    [
+        (LockLeakPool, False, 12, "final release of a block still held"),
+        (AsyncLockLeakPool, True, 0, "async run did not end"),
+    ],
+)
+def test_a_pool_that_hangs_the_harness_s_own_calls_is_a_hang(
+    factory: type, is_async: bool, seed: int, says: str
+) -> None:
+    """After the workers, the harness releases what they still hold; a pool that never returns
+    from that (a leaked lock; a shielded wait on it) is reported as a hang, never waited for."""
+    outcome: list[StressResult] = []
+    config = ScenarioConfig(factory, is_async)
+    worker = threading.Thread(
+        target=lambda: outcome.append(
+            stress(config, seed=seed, max_executions=1, replays=0, timing=TimingPolicy(hang_bound=0.3))
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(60)
+    assert outcome, "stress() did not come back"
+    failure = outcome[0].failure
+    assert failure is not None and failure.violation.invariant == "hang"
+    assert says in failure.violation.message
 
 
 @pytest.mark.parametrize(

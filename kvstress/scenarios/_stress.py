@@ -142,7 +142,7 @@ def run_stress_execution(
     timing = timing or TimingPolicy()
     try:
         if config.is_async:
-            anyio.run(_async_run, config, record, timing)
+            _async_on_a_thread(config, record, timing)
         else:
             files = source_files(resolve_modules(config.modules or (config.factory,)))
             with _switching(switch_interval):
@@ -204,7 +204,61 @@ def _thread_run(
         raise
     if errors:
         raise errors[0] if isinstance(errors[0], InvariantViolation) else _crash(errors[0])
-    run_to_completion(ops.finish())
+    _bounded_finish(ops, timing.hang_bound)
+
+
+def _bounded_finish(ops: ScenarioOps, bound: float) -> None:
+    """``ops.finish()`` (release what the workers still hold, check the pool at rest) on a
+    daemon thread: a pool that never returns from a release hangs that thread, not the harness."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_to_completion(ops.finish())
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name="kvstress-stress-finish", daemon=True)
+    thread.start()
+    thread.join(bound)
+    if thread.is_alive():
+        raise InvariantViolation(
+            "hang", f"the harness's final release of a block still held did not return within {bound:g} s"
+        )
+    if errors:
+        raise errors[0]
+
+
+def _async_on_a_thread(config: ScenarioConfig, record: ExecutionRecord, timing: TimingPolicy) -> None:
+    """The async execution on a daemon thread of its own: a pool that blocks its event loop's
+    thread (a real lock never released) can only be abandoned, and the harness must go on."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            anyio.run(_async_run, config, record, timing)
+        except BaseException as error:
+            errors.append(error)
+
+    assert record.scenario is not None
+    # The run bounds itself (programs: timeouts + hang_bound; the final releases: hang_bound);
+    # this outer bound only catches a loop that cannot run those, so it leaves them room.
+    bound = record.scenario.total_timeout + 3 * timing.hang_bound + 1.0
+    thread = threading.Thread(target=run, name="kvstress-stress-loop", daemon=True)
+    thread.start()
+    try:
+        thread.join(bound)
+    except KeyboardInterrupt:
+        _let_finish([thread], grace=2.0)
+        raise
+    if thread.is_alive():
+        raise InvariantViolation(
+            "hang",
+            f"the async run did not end within {bound:g} s: a wait that cancellation cannot end "
+            "(a shielded one) never finishes, or the pool blocks the event loop's thread",
+        )
+    if errors:
+        raise errors[0]
 
 
 async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: TimingPolicy) -> None:
@@ -218,7 +272,13 @@ async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: Ti
                 tg.start_soon(ops.run_program, holder, program, name=holder)
     if scope.cancelled_caught:
         raise InvariantViolation("hang", f"the workers' programs did not finish within {bound:g} s")
-    await ops.finish()
+    with anyio.move_on_after(timing.hang_bound) as scope:
+        await ops.finish()
+    if scope.cancelled_caught:
+        bound = timing.hang_bound
+        raise InvariantViolation(
+            "hang", f"the harness's final release of a block still held did not return within {bound:g} s"
+        )
 
 
 def _let_finish(threads: list[threading.Thread], grace: float) -> None:
