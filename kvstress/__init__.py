@@ -25,6 +25,12 @@ from kvstress.harness import PoolDriver as PoolDriver
 from kvstress.harness import PoolSetupError as PoolSetupError
 from kvstress.machines import PoolMachine as PoolMachine
 from kvstress.machines import pool_machine as pool_machine
+from kvstress.paged import BlockManager as BlockManager
+from kvstress.paged import BlockTable as BlockTable
+from kvstress.paged import Degradation as Degradation
+from kvstress.paged import PagingPolicy as PagingPolicy
+from kvstress.paged import PrefixCache as PrefixCache
+from kvstress.paged import paged_machine as paged_machine
 from kvstress.pool import AsyncBlockPool as AsyncBlockPool
 from kvstress.pool import Block as Block
 from kvstress.pool import BlockInfo as BlockInfo
@@ -32,5 +38,6 @@ from kvstress.pool import BlockState as BlockState
 from kvstress.pool import LeakDetection as LeakDetection
 from kvstress.pool import LeakSuspect as LeakSuspect
 from kvstress.pool import ThreadedBlockPool as ThreadedBlockPool
+from kvstress.pool import TieredBlockPool as TieredBlockPool
 
 __version__ = "0.1.0"

@@ -39,5 +39,22 @@ else
   skip "no CUDA device (torch.cuda.is_available() is False)"
 fi
 
+section "CUDA tests: reset on the pool's stream, takers wait on its event, a planted no-wait caught"
+if has_cuda; then
+  python -m pytest -q -p no:cacheprovider -m cuda tests
+else
+  skip "no CUDA device (torch.cuda.is_available() is False)"
+fi
+
+section "pool benchmarks on CUDA: pairs/s against the seed-style pool, reset bandwidth against copy"
+if has_cuda; then
+  python benchmarks/bench_pool.py --device cuda
+else
+  skip "no CUDA device (torch.cuda.is_available() is False)"
+fi
+
+section "pool benchmarks on the CPU (the same table, for comparison)"
+python benchmarks/bench_pool.py
+
 section "done"
 echo "files in $out"

@@ -3,6 +3,12 @@
 from kvstress.bench._config import FreshAlloc as FreshAlloc
 from kvstress.bench._config import OverloadPolicy as OverloadPolicy
 from kvstress.bench._config import WorkloadConfig as WorkloadConfig
+from kvstress.bench._fragmentation import FragmentationConfig as FragmentationConfig
+from kvstress.bench._fragmentation import FragmentationResult as FragmentationResult
+from kvstress.bench._fragmentation import SideResult as SideResult
+from kvstress.bench._fragmentation import fragmentation_table as fragmentation_table
+from kvstress.bench._fragmentation import run_fragmentation as run_fragmentation
+from kvstress.bench._fragmentation_plot import fragmentation_svg as fragmentation_svg
 from kvstress.bench._load import LoadSpec as LoadSpec
 from kvstress.bench._load import Phase as Phase
 from kvstress.bench._load import Request as Request

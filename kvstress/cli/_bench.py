@@ -1,4 +1,5 @@
-"""``kvstress bench workload``: pooled blocks against a fresh tensor per request, on one serving-like load."""
+"""``kvstress bench``: ``workload`` (pooled blocks against a fresh tensor per request, on one
+serving-like load) and ``fragmentation`` (contiguous allocation against paged blocks)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ from kvstress.bench import (
     run_workload,
     workload_table,
 )
+from kvstress.bench._fragmentation import (
+    RESERVE_MODES,
+    FragmentationConfig,
+    fragmentation_table,
+    run_fragmentation,
+)
+from kvstress.bench._fragmentation_plot import fragmentation_svg
 from kvstress.capacity import ModelCard, load_card
 from kvstress.cli._parser import Parser, UsageError
 
@@ -23,7 +31,7 @@ _MAX_TOKENS = 1024  # the default length cap: a CPU-sized slice of any card's co
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
-    """Register ``bench`` and its one benchmark, ``workload``."""
+    """Register ``bench`` and its benchmarks, ``workload`` and ``fragmentation``."""
     bench = subparsers.add_parser(
         "bench",
         help="measure what the pool buys",
@@ -49,6 +57,60 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
     out.add_argument("--plot", type=Path, metavar="PATH.svg", help="also write latency over time as SVG")
     out.add_argument("--tracemalloc", action="store_true", help="trace Python allocations (slows them)")
     parser.set_defaults(run=run)
+    _add_fragmentation(kinds)
+
+
+def _add_fragmentation(kinds: argparse._SubParsersAction[Parser]) -> None:
+    parser = kinds.add_parser(
+        "fragmentation",
+        help="contiguous allocation against paged blocks, on one memory budget",
+        description=(
+            "Serve one seeded heavy-tailed stream of requests twice on the same memory: each request "
+            "in one contiguous range (first fit), then in fixed blocks; print admissions, concurrency, "
+            "utilisation and fragmentation side by side. Pure arithmetic: runs in well under a second."
+        ),
+        allow_abbrev=False,
+    )
+    defaults = FragmentationConfig()
+    add = parser.add_argument
+    add("--requests", type=int, default=defaults.requests, metavar="N", help="requests (%(default)s)")
+    add("--memory-tokens", type=int, default=defaults.memory_tokens, metavar="T", help="budget (%(default)s)")
+    add("--block-tokens", type=int, default=defaults.block_tokens, metavar="B", help="block (%(default)s)")
+    add("--max-tokens", type=int, default=defaults.max_tokens, metavar="T", help="cap (%(default)s)")
+    add("--median-tokens", type=int, default=defaults.median_tokens, metavar="T", help="(%(default)s)")
+    add("--sigma", type=float, default=defaults.sigma, help="lognormal shape: the tail (%(default)s)")
+    add("--mean-gap", type=float, default=defaults.mean_gap, metavar="TICKS", help="arrivals (%(default)s)")
+    add("--patience", type=float, default=defaults.patience, metavar="TICKS", help="wait (%(default)s)")
+    add("--reserve", choices=RESERVE_MODES, default=defaults.reserve, help="contiguous (%(default)s)")
+    add("--seed", type=int, default=defaults.seed, help="the stream's seed (%(default)s)")
+    add("--plot", type=Path, metavar="PATH.svg", help="also write memory over time as SVG")
+    parser.set_defaults(run=run_fragmentation_command)
+
+
+def run_fragmentation_command(args: argparse.Namespace) -> int:
+    """Simulate both sides, print the table, write the plot if asked."""
+    _check_outputs(None, args.plot)
+    try:
+        config = FragmentationConfig(
+            requests=args.requests,
+            memory_tokens=args.memory_tokens,
+            block_tokens=args.block_tokens,
+            max_tokens=args.max_tokens,
+            median_tokens=args.median_tokens,
+            sigma=args.sigma,
+            mean_gap=args.mean_gap,
+            patience=args.patience,
+            reserve=args.reserve,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        flag = "--" + str(exc).split(" ", 1)[0].replace("_", "-")
+        raise UsageError(f"argument {flag}: {exc}") from exc
+    result = run_fragmentation(config)
+    print(fragmentation_table(result))
+    if args.plot is not None:
+        _write("--plot", args.plot, fragmentation_svg(result))
+    return 0
 
 
 def _model_options(group: argparse._ArgumentGroup) -> None:

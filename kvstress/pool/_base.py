@@ -154,6 +154,7 @@ class PoolBase:
         raise NotImplementedError
 
     def _handle(self, block_id: int) -> Block:
+        self._storage.hand_out(block_id)  # on CUDA: the taker's stream waits for the reset
         return Block(self._core, self._storage, block_id, self._core.generation(block_id))
 
     def _unwrap(self, block: object) -> tuple[int, int]:

@@ -1,0 +1,185 @@
+"""The tiered block pool: a core allocated at start (P50), an elastic tier that grows to a hard cap (P99).
+
+The protocol sees ``num_blocks`` ids from the start; the tiers are about memory. The core's
+blocks are allocated when the pool is built. Elastic blocks are allocated a segment
+(``grow_blocks`` blocks) at a time, when a block of a segment without memory is first handed
+out, and a segment is given back once all its blocks have been free for ``idle_shrink_s``
+seconds. Shrinking is checked on every acquire that hands out a block and every release that
+returns one, on the pool's own clock: no background thread, and a controlled run's virtual
+time drives it.
+
+The total lent is bounded structurally: a lent block is an id that is not FREE, and there are
+``num_blocks`` ids, so the ids are the semaphore's permits; memory follows the ids, so the
+elastic tier can never hold more than ``num_blocks - core_blocks`` blocks, whatever happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+
+import torch
+
+from kvstress._checks import (
+    check_block_shape,
+    check_dtype,
+    check_num_blocks,
+    check_positive_or_none,
+    got,
+    non_negative_number,
+    positive_int,
+    resolve_device,
+)
+from kvstress.pool._block import Block
+from kvstress.pool._core import ReleaseStep
+from kvstress.pool._leaks import LeakDetection, LeakTracker
+from kvstress.pool._threaded import ThreadedBlockPool
+from kvstress.pool._tiered_core import TieredCore
+from kvstress.pool._tiered_storage import SegmentedStorage
+
+DEFAULT_IDLE_SHRINK_S = 1.0
+
+
+class TieredBlockPool(ThreadedBlockPool):
+    """A KV-cache block pool for threads whose memory follows the load. Implements the protocol.
+
+    ``num_blocks`` is the hard maximum (size it for P99 concurrency); ``core_blocks`` (default
+    half, at least 1) are allocated at start (P50). ``grow_blocks`` (default: a quarter of the
+    elastic tier, at least 1) is the elastic segment size, ``idle_shrink_s`` (>= 0) how long a
+    whole segment must sit free before its memory is given back. Acquire, release, waiting,
+    refcounts, tenancies, leak detection and metrics are the threaded pool's; the free queue
+    hands out core blocks first (FIFO), then the lowest free elastic block, so the elastic tier
+    grows only when the core is exhausted. An elastic block is fresh zeros when its segment is
+    allocated and is reset on release like any other, strictly before it is offered.
+
+    An acquire that cannot allocate a new segment (out of memory) puts the block back and
+    raises what torch raised. ``storage`` is the core tier ``[core_blocks, *block_shape]``.
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_shape: tuple[int, ...] | list[int],
+        *,
+        core_blocks: int | None = None,
+        grow_blocks: int | None = None,
+        idle_shrink_s: float = DEFAULT_IDLE_SHRINK_S,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        leak_threshold: float | None = None,
+        leak_detection: LeakDetection = LeakDetection.SIMPLE,
+        leak_sample_rate: int = 128,
+    ) -> None:
+        # PoolBase.__init__ is not called: it allocates all num_blocks blocks, which is what the
+        # tiers avoid. The same checks and fields are set here, in the same order.
+        self.num_blocks = check_num_blocks(num_blocks)
+        self.block_shape = check_block_shape(block_shape)
+        self.dtype = check_dtype(dtype)
+        self.device = resolve_device(device)
+        self.core_blocks = _core_blocks(core_blocks, self.num_blocks)
+        self.grow_blocks = _grow_blocks(grow_blocks, self.num_blocks - self.core_blocks)
+        self.idle_shrink_s = float(non_negative_number("idle_shrink_s", idle_shrink_s))
+        if not isinstance(leak_detection, LeakDetection):
+            raise ValueError(f"leak_detection must be a LeakDetection, got {leak_detection!r}")
+        tracker = LeakTracker(
+            leak_detection,
+            positive_int("leak_sample_rate", leak_sample_rate),
+            check_positive_or_none("leak_threshold", leak_threshold),
+        )
+        self._storage: SegmentedStorage = SegmentedStorage(
+            self.num_blocks, self.core_blocks, self.grow_blocks, self.block_shape, self.dtype, self.device
+        )
+        self._core: TieredCore = TieredCore(self.num_blocks, self.core_blocks, tracker)
+        self._lock = nullcontext()
+        self._setup()
+
+    def _handed_out(self, block_id: int, now: float) -> Block:
+        # Called with the lock held, right after the core handed the block out: its memory must
+        # exist before the holder sees the handle.
+        storage = self._storage
+        try:
+            storage.lend(block_id)
+        except BaseException:
+            self._put_back(block_id, now)
+            raise
+        storage.shrink_idle(self._now(), self.idle_shrink_s)
+        return super()._handed_out(block_id, now)
+
+    def _put_back(self, block_id: int, now: float) -> None:
+        # The segment could not be allocated: undo the take, so the block is FREE and queued.
+        core = self._core
+        core.begin_release(block_id, core.generation(block_id), now)
+        core.finish_release(block_id)
+        self._not_empty.notify()
+
+    def release(self, block: Block) -> bool:
+        """Drop one reference; the last one resets the block, returns it, and may shrink the tier.
+
+        Returns True only when this call returned the block. A release of a block that is not
+        held (double release, or a stale handle) changes nothing, is counted, logged at
+        WARNING, and returns False.
+        """
+        block_id, generation = self._unwrap(block)
+        with self._lock:
+            step = self._core.begin_release(block_id, generation, self._now())
+        if step is ReleaseStep.DOUBLE:
+            self._log_double_release(block_id)
+            return False
+        if step is ReleaseStep.SHARED:
+            return False
+        # Still counted as lent in its segment, so the segment cannot be given back meanwhile.
+        self._storage.reset(block_id)  # strictly before the offer below
+        with self._lock:
+            self._core.finish_release(block_id)
+            now = self._now()
+            self._storage.give_back(block_id, now)
+            self._storage.shrink_idle(now, self.idle_shrink_s)
+            self._not_empty.notify()
+        return True
+
+    def release_many(self, blocks: Sequence[Block]) -> list[bool]:
+        """``release`` each block in turn: each return also settles its segment's bookkeeping."""
+        for block in blocks:
+            self._unwrap(block)  # misuse raises before any change, as in the other pools
+        return [self.release(block) for block in blocks]
+
+    def metrics(self) -> dict[str, float | int]:
+        """The threaded pool's metrics, plus the tiers: core size, elastic blocks now and at
+        peak, segments grown and shrunk, and the bytes of block memory allocated now."""
+        out = super().metrics()
+        storage = self._storage
+        with self._lock:
+            out.update(
+                core_blocks=storage.core_blocks,
+                elastic_blocks=storage.elastic_blocks,
+                elastic_peak_blocks=storage.peak_elastic_blocks,
+                elastic_grow_count=storage.grow_count,
+                elastic_shrink_count=storage.shrink_count,
+                memory_bytes=storage.nbytes,
+            )
+        return out
+
+    @property
+    def storage(self) -> torch.Tensor:
+        """The core tier's memory, ``[core_blocks, *block_shape]`` (elastic segments come and go)."""
+        return self._storage.tensor
+
+
+def _core_blocks(core_blocks: object, num_blocks: int) -> int:
+    if core_blocks is None:
+        return max(1, num_blocks // 2)
+    if (
+        isinstance(core_blocks, bool)
+        or not isinstance(core_blocks, int)
+        or not 1 <= core_blocks <= num_blocks
+    ):
+        raise ValueError(
+            f"core_blocks must be None or an int in 1..num_blocks ({num_blocks}), got {got(core_blocks)}"
+        )
+    return core_blocks
+
+
+def _grow_blocks(grow_blocks: object, elastic: int) -> int:
+    if grow_blocks is None:
+        return max(1, -(-elastic // 4))
+    return positive_int("grow_blocks", grow_blocks)

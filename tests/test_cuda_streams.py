@@ -1,0 +1,105 @@
+"""Reset ordering on CUDA: the reset runs on the pool's stream, and a taker's stream waits for it.
+
+The CUDA tests run only where a device is (scripts/gpu_check.sh runs them on a lent GPU); the
+CPU tests pin that nothing of it costs the CPU path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from kvstress import InvariantViolation, ThreadedBlockPool
+from kvstress.checkers import check_zeroed
+from kvstress.pool._storage import BlockStorage
+
+_Test = Callable[..., Any]
+
+
+def cuda(test: _Test) -> _Test:
+    """Marked ``cuda`` (``pytest -m cuda`` runs these alone) and skipped without a device."""
+    skip = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    return pytest.mark.cuda(skip(test))  # type: ignore[no-any-return]
+
+
+SLOW_RESET_CYCLES = 200_000_000  # about 0.1 s of GPU time queued ahead of the reset
+
+
+class _NoWaitStorage(BlockStorage):
+    """Planted: hands a block out without making the taker's stream wait for its reset."""
+
+    __slots__ = ()
+
+    def hand_out(self, block_id: int) -> None:
+        self._ready.pop(block_id, None)
+
+
+def test_the_cpu_path_has_no_stream_and_no_events() -> None:
+    """On the CPU the reset completes in the call: no stream, no event is ever kept."""
+    pool = ThreadedBlockPool(2, (4,), device="cpu")
+    block = pool.acquire(0)
+    assert block is not None
+    pool.release(block)
+    storage = pool._storage
+    assert storage._stream is None and storage._ready == {}
+
+
+def _reuse_on_a_side_stream(pool: ThreadedBlockPool) -> None:
+    """Fill a block, release it with its reset held back on the pool's stream, take it again on
+    another stream and check it there, as a decode step on its own stream would read it."""
+    block = pool.acquire(0)
+    assert block is not None
+    block.data.fill_(1.0)
+    stream = pool._storage._stream
+    assert stream is not None
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(SLOW_RESET_CYCLES)  # the reset queued next lands late
+    pool.release(block)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        again = pool.acquire(0)
+        assert again is not None and again.id == block.id
+        check_zeroed(again.id, again.data)
+    pool.release(again)
+    torch.cuda.synchronize()
+
+
+@cuda
+def test_a_taker_on_another_stream_sees_the_reset() -> None:
+    """The taker's stream waits on the reset's event: zeros, however late the reset runs."""
+    pool = ThreadedBlockPool(1, (1024, 1024), device="cuda")
+    _reuse_on_a_side_stream(pool)
+
+
+@cuda
+def test_skipping_the_wait_is_caught_as_a_dirty_read() -> None:
+    """The planted storage does not wait: the taker reads the old tenant's K/V (dirty-read)."""
+    pool = ThreadedBlockPool(1, (1024, 1024), device="cuda")
+    pool._storage.__class__ = _NoWaitStorage
+    with pytest.raises(InvariantViolation) as caught:
+        _reuse_on_a_side_stream(pool)
+    assert caught.value.invariant == "dirty-read"
+
+
+@cuda
+def test_release_many_is_ordered_the_same_way() -> None:
+    """A batched reset is one event for all its blocks; each taker waits on it."""
+    pool = ThreadedBlockPool(4, (256, 256), device="cuda")
+    blocks = [pool.acquire(0) for _ in range(4)]
+    for block in blocks:
+        assert block is not None
+        block.data.fill_(2.0)
+    stream = pool._storage._stream
+    assert stream is not None
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(SLOW_RESET_CYCLES)
+    pool.release_many(blocks)  # type: ignore[arg-type]
+    with torch.cuda.stream(torch.cuda.Stream()):
+        for _ in range(4):
+            block = pool.acquire(0)
+            assert block is not None
+            check_zeroed(block.id, block.data)
+    torch.cuda.synchronize()
