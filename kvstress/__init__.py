@@ -39,5 +39,7 @@ from kvstress.pool import LeakDetection as LeakDetection
 from kvstress.pool import LeakSuspect as LeakSuspect
 from kvstress.pool import ThreadedBlockPool as ThreadedBlockPool
 from kvstress.pool import TieredBlockPool as TieredBlockPool
+from kvstress.shadow import ShadowResult as ShadowResult
+from kvstress.shadow import shadow as shadow
 
 __version__ = "0.1.0"

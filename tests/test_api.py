@@ -30,6 +30,8 @@ PUBLIC = {
     "PoolSetupError",
     "ThreadedBlockPool",
     "TieredBlockPool",
+    "ShadowResult",
+    "shadow",
     "TimingPolicy",
     "BlockManager",
     "BlockTable",

@@ -17,7 +17,7 @@ from importlib import metadata
 from typing import NoReturn, Protocol
 
 import kvstress
-from kvstress.cli import _bench, _fuzz, _mutants, _plan, _replay, _report
+from kvstress.cli import _bench, _fuzz, _mutants, _plan, _replay, _report, _shadow
 from kvstress.cli._parser import Parser, ParserExit, UsageError
 
 _PROG = "kvstress"
@@ -31,7 +31,7 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-_COMMANDS: tuple[Command, ...] = (_fuzz, _replay, _report, _mutants, _plan, _bench)
+_COMMANDS: tuple[Command, ...] = (_fuzz, _replay, _report, _mutants, _plan, _bench, _shadow)
 
 
 def main(argv: list[str] | None = None) -> int:
