@@ -90,6 +90,7 @@ class ThreadedBlockPool(PoolBase):
         self._storage.reset(block_id)  # strictly before the offer below
         with self._lock:
             self._core.finish_release(block_id)
+            self._offered((block_id,))
             self._not_empty.notify()
         return True
 
@@ -116,8 +117,13 @@ class ThreadedBlockPool(PoolBase):
             with self._lock:
                 for block_id in last:
                     self._core.finish_release(block_id)
+                self._offered(last)
                 self._not_empty.notify(len(last))
         return [step is ReleaseStep.LAST for step in steps]
+
+    def _offered(self, block_ids: Sequence[int]) -> None:
+        """Called with the lock held, once released blocks are back in the queue (a subclass's
+        bookkeeping: a tiered pool settles their segments here)."""
 
     @contextmanager
     def block(self, timeout: float | None = None) -> Iterator[Block]:

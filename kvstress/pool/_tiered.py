@@ -31,7 +31,6 @@ from kvstress._checks import (
     resolve_device,
 )
 from kvstress.pool._block import Block
-from kvstress.pool._core import ReleaseStep
 from kvstress.pool._leaks import LeakDetection, LeakTracker
 from kvstress.pool._threaded import ThreadedBlockPool
 from kvstress.pool._tiered_core import TieredCore
@@ -112,36 +111,13 @@ class TieredBlockPool(ThreadedBlockPool):
         core.finish_release(block_id)
         self._not_empty.notify()
 
-    def release(self, block: Block) -> bool:
-        """Drop one reference; the last one resets the block, returns it, and may shrink the tier.
-
-        Returns True only when this call returned the block. A release of a block that is not
-        held (double release, or a stale handle) changes nothing, is counted, logged at
-        WARNING, and returns False.
-        """
-        block_id, generation = self._unwrap(block)
-        with self._lock:
-            step = self._core.begin_release(block_id, generation, self._now())
-        if step is ReleaseStep.DOUBLE:
-            self._log_double_release(block_id)
-            return False
-        if step is ReleaseStep.SHARED:
-            return False
-        # Still counted as lent in its segment, so the segment cannot be given back meanwhile.
-        self._storage.reset(block_id)  # strictly before the offer below
-        with self._lock:
-            self._core.finish_release(block_id)
-            now = self._now()
+    def _offered(self, block_ids: Sequence[int]) -> None:
+        # Called with the lock held, after the blocks were reset and queued. Until now each was
+        # still counted as lent in its segment, so no segment could be given back under a reset.
+        now = self._now()
+        for block_id in block_ids:
             self._storage.give_back(block_id, now)
-            self._storage.shrink_idle(now, self.idle_shrink_s)
-            self._not_empty.notify()
-        return True
-
-    def release_many(self, blocks: Sequence[Block]) -> list[bool]:
-        """``release`` each block in turn: each return also settles its segment's bookkeeping."""
-        for block in blocks:
-            self._unwrap(block)  # misuse raises before any change, as in the other pools
-        return [self.release(block) for block in blocks]
+        self._storage.shrink_idle(now, self.idle_shrink_s)
 
     def metrics(self) -> dict[str, float | int]:
         """The threaded pool's metrics, plus the tiers: core size, elastic blocks now and at
