@@ -73,6 +73,7 @@ def test_a_pool_failure_exits_1_with_its_invariant(main: object, capsys: pytest.
         (["--pool", RESET, "--model", "no-such-model"], "--model: "),
         (["--pool", RESET, "--budget", "0"], "--budget must be > 0 seconds"),
         (["--pool", RESET, "--steps", "0"], "--steps must be >= 1"),
+        (["--pool", RESET, "--json", "/no/such/folder/out.json"], "--json: the folder of"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

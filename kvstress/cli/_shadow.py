@@ -50,6 +50,8 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Shadow the pool as asked; print the summary or the first divergence and its replay."""
     card, blocks = _check(args)
+    if args.json and not Path(args.json).parent.is_dir():
+        raise UsageError(f"argument --json: the folder of {args.json!r} must exist")
     try:
         target = load_target(args.pool, num_blocks=blocks, block_shape=card.block_shape(args.block_tokens))
     except TargetError as error:
@@ -72,9 +74,13 @@ def run(args: argparse.Namespace) -> int:
         mode="free" if args.free else "controlled",
     )
     replay = replay_command(args, blocks, result)
+    status = _say(result, replay)
     if args.json:
-        Path(args.json).write_text(json.dumps({**result.to_dict(), "replay": replay}, indent=2) + "\n")
-    return _say(result, replay)
+        try:
+            Path(args.json).write_text(json.dumps({**result.to_dict(), "replay": replay}, indent=2) + "\n")
+        except OSError as error:
+            raise UsageError(f"argument --json: cannot write {args.json!r}: {error.strerror}") from None
+    return status
 
 
 def replay_command(args: argparse.Namespace, blocks: int, result: ShadowResult) -> str | None:
