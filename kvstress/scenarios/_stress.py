@@ -243,7 +243,7 @@ def _async_on_a_thread(config: ScenarioConfig, record: ExecutionRecord, timing: 
     assert record.scenario is not None
     # The run bounds itself (programs: timeouts + hang_bound; the final releases: hang_bound);
     # this outer bound only catches a loop that cannot run those, so it leaves them room.
-    bound = record.scenario.total_timeout + 3 * timing.hang_bound + 1.0
+    bound = record.scenario.total_timeout + 2 * timing.hang_bound + 1.0
     thread = threading.Thread(target=run, name="kvstress-stress-loop", daemon=True)
     thread.start()
     try:
