@@ -70,10 +70,18 @@ class PoolBase:
             positive_int("leak_sample_rate", leak_sample_rate),
             check_positive_or_none("leak_threshold", leak_threshold),
         )
-        self._storage = BlockStorage(self.num_blocks, self.block_shape, self.dtype, self.device)
-        self._core = PoolCore(self.num_blocks, tracker)
+        self._storage = self._make_storage()
+        self._core = self._make_core(tracker)
         self._lock: AbstractContextManager[Any] = nullcontext()
         self._setup()
+
+    def _make_storage(self) -> BlockStorage:
+        """The block memory (a subclass may allocate it otherwise: a tiered pool, in segments)."""
+        return BlockStorage(self.num_blocks, self.block_shape, self.dtype, self.device)
+
+    def _make_core(self, tracker: LeakTracker) -> PoolCore:
+        """The bookkeeping (a subclass may order its free queue otherwise)."""
+        return PoolCore(self.num_blocks, tracker)
 
     # -- the protocol's read side -----------------------------------------------------------
 

@@ -16,19 +16,13 @@ elastic tier can never hold more than ``num_blocks - core_blocks`` blocks, whate
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 
 import torch
 
 from kvstress._checks import (
-    check_block_shape,
-    check_dtype,
-    check_num_blocks,
-    check_positive_or_none,
     got,
     non_negative_number,
     positive_int,
-    resolve_device,
 )
 from kvstress.pool._block import Block
 from kvstress.pool._leaks import LeakDetection, LeakTracker
@@ -55,6 +49,9 @@ class TieredBlockPool(ThreadedBlockPool):
     raises what torch raised. ``storage`` is the core tier ``[core_blocks, *block_shape]``.
     """
 
+    _storage: SegmentedStorage
+    _core: TieredCore
+
     def __init__(
         self,
         num_blocks: int,
@@ -69,28 +66,28 @@ class TieredBlockPool(ThreadedBlockPool):
         leak_detection: LeakDetection = LeakDetection.SIMPLE,
         leak_sample_rate: int = 128,
     ) -> None:
-        # PoolBase.__init__ is not called: it allocates all num_blocks blocks, which is what the
-        # tiers avoid. The same checks and fields are set here, in the same order.
-        self.num_blocks = check_num_blocks(num_blocks)
-        self.block_shape = check_block_shape(block_shape)
-        self.dtype = check_dtype(dtype)
-        self.device = resolve_device(device)
-        self.core_blocks = _core_blocks(core_blocks, self.num_blocks)
-        self.grow_blocks = _grow_blocks(grow_blocks, self.num_blocks - self.core_blocks)
+        self._tier_options = (core_blocks, grow_blocks)
         self.idle_shrink_s = float(non_negative_number("idle_shrink_s", idle_shrink_s))
-        if not isinstance(leak_detection, LeakDetection):
-            raise ValueError(f"leak_detection must be a LeakDetection, got {leak_detection!r}")
-        tracker = LeakTracker(
-            leak_detection,
-            positive_int("leak_sample_rate", leak_sample_rate),
-            check_positive_or_none("leak_threshold", leak_threshold),
+        super().__init__(
+            num_blocks,
+            block_shape,
+            dtype=dtype,
+            device=device,
+            leak_threshold=leak_threshold,
+            leak_detection=leak_detection,
+            leak_sample_rate=leak_sample_rate,
         )
-        self._storage: SegmentedStorage = SegmentedStorage(
+
+    def _make_storage(self) -> SegmentedStorage:
+        # Only the core is allocated here; segments come with the load (num_blocks is checked).
+        self.core_blocks = _core_blocks(self._tier_options[0], self.num_blocks)
+        self.grow_blocks = _grow_blocks(self._tier_options[1], self.num_blocks - self.core_blocks)
+        return SegmentedStorage(
             self.num_blocks, self.core_blocks, self.grow_blocks, self.block_shape, self.dtype, self.device
         )
-        self._core: TieredCore = TieredCore(self.num_blocks, self.core_blocks, tracker)
-        self._lock = nullcontext()
-        self._setup()
+
+    def _make_core(self, tracker: LeakTracker) -> TieredCore:
+        return TieredCore(self.num_blocks, self.core_blocks, tracker)
 
     def _handed_out(self, block_id: int, now: float) -> Block:
         # Called with the lock held, right after the core handed the block out: its memory must
