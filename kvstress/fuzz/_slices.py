@@ -146,12 +146,18 @@ def machine_settings() -> settings:
 
 
 def run_machine(
-    target: FuzzTarget, seed: int, shrink_s: float = 5.0, batches: bool = True
+    target: FuzzTarget,
+    seed: int,
+    shrink_s: float = 5.0,
+    batches: bool = True,
+    search_ended: list[float] | None = None,
 ) -> InvariantViolation | None:
     """One seeded Hypothesis run of the state machine; the violation it ends with, if any.
 
     Shrinking is capped at ``shrink_s`` wall seconds (Hypothesis' own cap is 300 s, and every
     shrink step of a concurrency bug replays real threads), so a slice keeps to its budget.
+    ``search_ended`` gets the monotonic time at which the search stopped and shrinking began:
+    the time to detect, as the controlled strategies count it, excludes shrinking.
     """
     machine = pool_machine(
         target.factory,
@@ -165,6 +171,15 @@ def run_machine(
     saved, saved_shrink = core.global_force_seed, engine.MAX_SHRINKING_SECONDS
     core.global_force_seed = seed  # Hypothesis' own hook for a run's seed (--hypothesis-seed)
     engine.MAX_SHRINKING_SECONDS = max(1, math.ceil(shrink_s))
+    runner: Any = engine.ConjectureRunner
+    saved_phase = runner.shrink_interesting_examples
+
+    def shrink_phase(self: Any) -> None:
+        if search_ended is not None and not search_ended:
+            search_ended.append(time.monotonic())
+        saved_phase(self)
+
+    runner.shrink_interesting_examples = shrink_phase
     try:
         # Hypothesis' console reports (among them a warning, worded for its own five-minute
         # cap, that shrinking stopped) stay quiet; the program comes from the notes.
@@ -182,6 +197,7 @@ def run_machine(
     finally:
         core.global_force_seed = saved
         engine.MAX_SHRINKING_SECONDS = saved_shrink
+        runner.shrink_interesting_examples = saved_phase
     return None
 
 
@@ -199,16 +215,18 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
         # release, timeouts), then with concurrent batches on real threads (slow examples).
         batches = run % 2 == 1
         shrink_s = max(1.0, budget_s - (time.monotonic() - start))
-        violation = run_machine(target, run_seed, shrink_s=shrink_s, batches=batches)
+        ended: list[float] = []
+        violation = run_machine(target, run_seed, shrink_s=shrink_s, batches=batches, search_ended=ended)
         run += 1
         result.executions += MACHINE_EXAMPLES
         if violation is not None:
+            found_at = (ended[0] if ended else time.monotonic()) - start
             notes = [n for n in getattr(violation, "__notes__", []) if n != "Falsifying example:"]
             result.finding = Finding(
                 violation,
                 "machine",
                 run_seed,
-                time.monotonic() - start,
+                found_at,
                 "machine",
                 history=violation.history,
                 blocks=violation.blocks,
