@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from paged_mutants import CowInPlaceManager, ForkWithoutRetainManager
 
 import kvstress
 from kvstress.mutants import CondvarPool, PollingCasPool
 from kvstress.paged import BlockManager, Degradation, PagingPolicy
 from kvstress.paged._machine import paged_machine
-from tests.paged_mutants import CowInPlaceManager, ForkWithoutRetainManager
 
 POOLS = [kvstress.ThreadedBlockPool, CondvarPool, PollingCasPool]
 POLICIES = {

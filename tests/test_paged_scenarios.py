@@ -12,8 +12,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import paged_mutants
 import pytest
 import torch
+from paged_mutants import ReleaseBeforeUnhashManager, UnpinnedLookupManager
 
 import kvstress
 from kvstress.controlled import explore_threads, spawn
@@ -23,8 +25,6 @@ from kvstress.paged._check import check_cached_content, check_free_count, check_
 from kvstress.paged._hash import chain_hashes
 from kvstress.paged._machine import prompt_kv, token_kv
 from kvstress.schedulers import PCTScheduler, RandomScheduler, Scheduler
-from tests import paged_mutants
-from tests.paged_mutants import ReleaseBeforeUnhashManager, UnpinnedLookupManager
 
 SHAPE = (2, 2, 2, 2, 8)  # tiny: 2 layers, 2 tokens a block, 2 kv heads, head_dim 8
 TOKEN_SHAPE = (2, 2, 2, 8)
