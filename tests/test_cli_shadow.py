@@ -63,6 +63,18 @@ def test_a_pool_failure_exits_1_with_its_invariant(main: object, capsys: pytest.
     assert status == 1 and out.startswith("pool failure: [crash] ") and "replay: kvstress shadow" in out
 
 
+def test_a_lost_block_exits_1_and_its_replay_reproduces_it(
+    main: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RetainLostUpdatePool leaks a shared block: exit 1, ``[lost-block]``, and the replay says the same."""
+    pool = "kvstress.mutants:RetainLostUpdatePool"
+    status, out, _ = run(main, capsys, "--pool", pool, "--seed", "0", "--seeds", "1")
+    assert status == 1 and out.startswith("pool failure: [lost-block] after every sequence released")
+    replay = out.splitlines()[-1].removeprefix("replay: ")
+    again, out_again, _ = run(main, capsys, *shlex.split(replay)[2:])
+    assert again == 1 and out_again == out
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

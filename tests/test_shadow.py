@@ -12,13 +12,16 @@ import kvstress
 from kvstress.mutants import (
     CheckThenPollPool,
     CondvarPool,
+    LateZeroTestPool,
     LockLeakPool,
     PollingCasPool,
     PreferredBlockPool,
     ResetAfterOfferPool,
+    RetainLostUpdatePool,
 )
+from kvstress.mutants._block import Block
 from kvstress.shadow import TOLERANCE, ShadowResult, shadow
-from kvstress.shadow._plan import blocks_for, draw_plan
+from kvstress.shadow._plan import MAX_DEPTH, MAX_FORKS, ForkPlan, blocks_for, draw_plan
 
 
 class CountingPool(CondvarPool):
@@ -29,6 +32,44 @@ class CountingPool(CondvarPool):
     def retain(self, block: Any) -> None:
         CountingPool.retains.append(block.id)
         super().retain(block)
+
+
+class OverlapPool(PollingCasPool):
+    """PollingCasPool (no pool-wide lock) that counts the pairs of calls on one block that ran
+    at once, at least one of them a release, keyed by their names ("release+retain")."""
+
+    overlaps: ClassVar[dict[str, int]] = {}
+    _running: ClassVar[dict[int, list[str]]] = {}
+
+    def _enter(self, op: str, block: Block) -> None:
+        running = OverlapPool._running.setdefault(block.id, [])
+        for other in running:
+            if "release" in (op, other):
+                key = "+".join(sorted((op, other)))
+                OverlapPool.overlaps[key] = OverlapPool.overlaps.get(key, 0) + 1
+        running.append(op)
+
+    def retain(self, block: Block) -> None:
+        self._enter("retain", block)
+        try:
+            super().retain(block)
+        finally:
+            OverlapPool._running[block.id].remove("retain")
+
+    def release(self, block: Block) -> bool:
+        self._enter("release", block)
+        try:
+            return super().release(block)
+        finally:
+            OverlapPool._running[block.id].remove("release")
+
+
+class LeakyPool(CondvarPool):
+    """Planted leak: the last release of block 0 forgets to queue it (nothing drifts)."""
+
+    def _offer(self, block: Block) -> None:
+        if block.id != 0:
+            super()._offer(block)
 
 
 def test_reset_after_offer_diverges_and_the_wiped_block_is_named() -> None:
@@ -65,9 +106,11 @@ def test_preferred_block_is_caught_on_the_first_seed_too() -> None:
     assert "mark_in_use" in result.failure.message
 
 
-@pytest.mark.parametrize("factory", [kvstress.ThreadedBlockPool, CondvarPool, PollingCasPool])
+@pytest.mark.parametrize(
+    "factory", [kvstress.ThreadedBlockPool, CondvarPool, PollingCasPool, kvstress.TieredBlockPool]
+)
 def test_correct_pools_stay_silent(factory: Any) -> None:
-    """Correct pools of three designs: every step compared, no divergence, noise far below the bound."""
+    """Correct pools of four designs: every step compared, no divergence, noise far below the bound."""
     result = shadow(factory, seed=100, max_seeds=5)
     assert result.clean, (result.divergence, result.failure)
     assert (result.seeds, result.executions) == (5, 10)
@@ -149,6 +192,65 @@ def test_plans_are_seeded_staggered_and_bounded() -> None:
     assert len({plan.length for plan in plans}) > 1
     for plan in plans:
         assert 1 <= len(plan.prompt) <= 4 and plan.length <= 16
-        if plan.fork_at is not None:
-            assert 4 <= plan.fork_at < plan.length and plan.fork_at + plan.fork_decode <= 16
     assert blocks_for(16, 4) == 4 and blocks_for(17, 4) == 5
+
+
+def _check_forks(forks: tuple[ForkPlan, ...], first: int, last: int, depth: int) -> int:
+    """Assert each fork lies in its parent's reach and within bounds; return how many there are."""
+    count = 0
+    for fork in forks:
+        assert first <= fork.at <= last and fork.decode >= 1 and fork.length <= 16 and depth <= MAX_DEPTH
+        count += 1 + _check_forks(fork.forks, fork.at + 1, fork.length, depth + 1)
+    return count
+
+
+def test_fork_trees_are_bounded_and_share_in_every_way() -> None:
+    """Over 40 seeds: trees stay bounded, the oldest root always forks, and every racy shape occurs."""
+    shapes = {"several": 0, "siblings": 0, "at end": 0, "grandchild": 0}
+    for seed in range(40):
+        plans = draw_plan(seed, sequences=4, steps=12, block_tokens=4, vocab=64, forks=True)
+        assert plans[0].forks, seed
+        for plan in plans:
+            count = _check_forks(plan.forks, 4, plan.length, 1)
+            assert count == len(list(plan.descendants())) <= MAX_FORKS
+            assert plan.tokens == plan.length + sum(fork.decode for fork in plan.descendants())
+            ats = [fork.at for fork in plan.forks]
+            shapes["several"] += len(ats) > 1
+            shapes["siblings"] += len(set(ats)) < len(ats)
+            shapes["at end"] += plan.length in ats
+            shapes["grandchild"] += any(fork.forks for fork in plan.forks)
+        assert not any(
+            p.forks for p in draw_plan(seed, sequences=4, steps=12, block_tokens=4, vocab=64, forks=False)
+        )
+    assert min(shapes.values()) >= 10, shapes
+
+
+def test_shared_blocks_are_released_concurrently() -> None:
+    """The workload makes holders release one shared block at once, and retain it during a release."""
+    OverlapPool.overlaps.clear()
+    OverlapPool._running.clear()
+    assert shadow(OverlapPool, seed=4, max_seeds=4).clean
+    assert OverlapPool.overlaps.get("release+release", 0) >= 5, OverlapPool.overlaps
+    assert OverlapPool.overlaps.get("release+retain", 0) >= 1, OverlapPool.overlaps
+
+
+def test_retain_lost_update_is_caught_as_a_lost_block_and_replays() -> None:
+    """RetainLostUpdatePool: a release undone by a stale retain leaks a block; the audit names it."""
+    result = shadow(RetainLostUpdatePool, seed=0, max_seeds=1)
+    failure = result.failure
+    assert failure is not None and failure.invariant == "lost-block" and failure.seed == 0
+    assert "handed out only 3 of its 4 blocks" in failure.message
+    assert shadow(RetainLostUpdatePool, seed=0, max_seeds=1).failure == failure
+
+
+def test_late_zero_test_is_caught() -> None:
+    """LateZeroTestPool: two sharers releasing together both return the block; its id is queued twice."""
+    failure = shadow(LateZeroTestPool, seed=3, max_seeds=1).failure
+    assert failure is not None and failure.invariant == "crash" and "free queue corrupt" in failure.message
+
+
+def test_a_leaked_block_is_a_lost_block_failure_not_silence() -> None:
+    """A pool that never queues block 0 again drifts nothing, but the audit after the run reports it."""
+    failure = shadow(LeakyPool, seed=0, max_seeds=1).failure
+    assert failure is not None and failure.invariant == "lost-block"
+    assert "after every sequence released its blocks" in failure.message

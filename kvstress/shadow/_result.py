@@ -51,7 +51,8 @@ class Divergence:
 @dataclass(frozen=True)
 class PoolFailure:
     """The pool failed in a way that is not output drift: it raised (``crash``), stopped
-    answering (``hang``) or timed out an acquire while blocks were due (``lost-block``)."""
+    answering (``hang``), could not hand out all its blocks once every sequence had released
+    them (``lost-block``), or handed one block out twice then (``shared-block``)."""
 
     seed: int
     strategy: str

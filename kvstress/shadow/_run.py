@@ -35,7 +35,7 @@ from kvstress.schedulers import PCTScheduler, RandomScheduler, SchedulerBase
 from kvstress.shadow._decoder import TinyDecoder
 from kvstress.shadow._plan import SequencePlan, blocks_for, draw_plan
 from kvstress.shadow._result import ShadowResult
-from kvstress.shadow._sequence import ACQUIRE_TIMEOUT, MAX_ATTEMPTS, Execution, root
+from kvstress.shadow._sequence import ACQUIRE_TIMEOUT, MAX_ATTEMPTS, Execution, audit, root
 
 TOLERANCE = 1e-3
 """The |logit| difference a step must exceed to diverge.
@@ -78,9 +78,12 @@ def shadow(
     with the card's block shape ``(2, layers, block_tokens, kv_heads, head_dim)``, float32, on
     the CPU, once per execution. ``sequences`` decode up to ``block_tokens + steps`` tokens each
     (prompt of 1 to ``block_tokens``, then ``steps // 2`` to ``steps`` greedy steps); with
-    ``forks``, about half fork a child sharing their full prefix blocks (retain). ``num_blocks``
-    defaults to the fewest that hold one longest sequence, so sequences contend and blocks are
-    recycled between them at every turn.
+    ``forks``, each draws a fork tree (``draw_plan``: several forks, at different lengths or
+    several at once, children forking, a parent ending while its children hold the prefix)
+    whose children retain the prefix blocks, so shared blocks are retained and released by
+    several threads at once. ``num_blocks`` defaults to the fewest that hold one longest
+    sequence, so sequences contend and blocks are recycled between them at every turn. After
+    each execution the pool must hand out all its blocks again (else ``lost-block``).
 
     Raises ValueError naming a bad argument, an async pool, or a factory that cannot build one.
     """
@@ -148,6 +151,7 @@ class _Setup:
             card=self.card,
             block_tokens=self.block_tokens,
             capacity=self.model.max_positions,
+            num_blocks=self.num_blocks,
             tolerance=self.tolerance,
             seed=seed,
             **kw,
@@ -192,6 +196,7 @@ def _controlled(
             while index < len(ex.threads):  # forks add threads while we wait
                 ex.threads[index].join()
                 index += 1
+            audit(ex)
 
     try:
         run_threads(main, scheduler, modules=(setup.factory,), max_time=_time_bound(plans))
@@ -230,19 +235,21 @@ def _free(setup: _Setup, plans: tuple[SequencePlan, ...], seed: int) -> Executio
                 ex.fail("hang", f"sequence {ex.threads[index].name} did not finish in time")
                 break
             index += 1
+        audit(ex)
     return ex
 
 
 def _time_bound(plans: tuple[SequencePlan, ...]) -> float:
     """Seconds no execution needs: every acquire of every attempt timing out, one after another,
     plus a minute. Past it, something ignored its timeout: a hang."""
-    acquires = sum(plan.length + plan.fork_decode for plan in plans)  # at most one per token
-    return ACQUIRE_TIMEOUT * MAX_ATTEMPTS * acquires + 60.0
+    acquires = sum(plan.tokens for plan in plans)  # at most one per token (a fork's copy included)
+    return ACQUIRE_TIMEOUT * len(plans) * MAX_ATTEMPTS * acquires + 60.0
 
 
 def _start_all(ex: Execution, plans: tuple[SequencePlan, ...]) -> None:
-    for plan in plans:
-        ex.start(root(plan, ex.card, ex.block_tokens, ex.capacity))
+    for index, plan in enumerate(plans):  # the first is the oldest request: the most patient
+        patience = ACQUIRE_TIMEOUT * (len(plans) - index)
+        ex.start(root(plan, ex.card, ex.block_tokens, ex.capacity, patience))
 
 
 def _refuse_async(factory: Callable[..., Any], num_blocks: int, shape: tuple[int, ...]) -> None:
