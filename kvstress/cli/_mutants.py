@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from kvstress._format import table
+from kvstress._violation import INVARIANTS
 from kvstress.cli._logging import configure
 from kvstress.cli._parser import Parser, UsageError
-from kvstress.fuzz._score import Detection, detect, median_time, run_all, score
+from kvstress.fuzz._score import Detection, detect, expected_of, median_time, run_all, score
+from kvstress.fuzz._slices import STRATEGIES
 
 COMPARED = ("machine", "random", "pct", "stress")
 
@@ -46,9 +47,26 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--budget and --clean-budget must be > 0 seconds")
     chosen = _choose(MUTANTS, args.only)
     configure(args.report_dir, console=False)  # the table is the output; events go to the file
-    found = run_all(chosen, lambda pool: detect(pool, budget_s=args.budget, seed=args.seed))
-    rows = [[d.name, ",".join(d.expected), d.invariant or "-", d.strategy or "-", _time(d)] for d in found]
-    print(table([["mutant", "declared", "found", "by", "search s"], *rows]))
+    # Row by row as each mutant finishes (widths fixed up front), so Ctrl-C loses nothing shown.
+    header = ["mutant", "declared", "found", "by", "search s"]
+    widths = [
+        max(len(header[0]), *(len(m.__qualname__) for m in chosen)),
+        max(len(header[1]), *(len(",".join(expected_of(m))) for m in chosen)),
+        max(len(header[2]), *(len(i) for i in INVARIANTS)),
+        max(len(header[3]), *(len(s) for s in STRATEGIES)),
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells, [*widths, 0], strict=True)).rstrip()
+
+    print(line(header), flush=True)
+    found = run_all(
+        chosen,
+        lambda pool: detect(pool, budget_s=args.budget, seed=args.seed),
+        on_done=lambda d: print(
+            line([d.name, ",".join(d.expected), d.invariant or "-", d.strategy or "-", _time(d)]), flush=True
+        ),
+    )
     median = median_time(found)
     slowest = max((d.elapsed_s for d in found if d.detected and d.elapsed_s is not None), default=None)
     print(
