@@ -14,7 +14,7 @@ import torch
 
 from kvstress import InvariantViolation, ThreadedBlockPool
 from kvstress.checkers import check_zeroed
-from kvstress.pool._storage import BlockStorage
+from kvstress.pool._storage import StreamOrderedStorage
 
 _Test = Callable[..., Any]
 
@@ -28,7 +28,7 @@ def cuda(test: _Test) -> _Test:
 SLOW_RESET_CYCLES = 200_000_000  # about 0.1 s of GPU time queued ahead of the reset
 
 
-class _NoWaitStorage(BlockStorage):
+class _NoWaitStorage(StreamOrderedStorage):
     """Planted: hands a block out without making the taker's stream wait for its reset."""
 
     __slots__ = ()

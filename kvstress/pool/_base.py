@@ -21,7 +21,7 @@ from kvstress.pool._block import Block
 from kvstress.pool._core import PoolCore
 from kvstress.pool._leaks import LeakDetection, LeakSuspect, LeakTracker
 from kvstress.pool._state import BlockState
-from kvstress.pool._storage import BlockStorage
+from kvstress.pool._storage import BlockStorage, make_storage
 
 log = get_logger("kvstress.pool")
 
@@ -77,7 +77,7 @@ class PoolBase:
 
     def _make_storage(self) -> BlockStorage:
         """The block memory (a subclass may allocate it otherwise: a tiered pool, in segments)."""
-        return BlockStorage(self.num_blocks, self.block_shape, self.dtype, self.device)
+        return make_storage(self.num_blocks, self.block_shape, self.dtype, self.device)
 
     def _make_core(self, tracker: LeakTracker) -> PoolCore:
         """The bookkeeping (a subclass may order its free queue otherwise)."""
@@ -162,7 +162,9 @@ class PoolBase:
         raise NotImplementedError
 
     def _handle(self, block_id: int) -> Block:
-        self._storage.hand_out(block_id)  # on CUDA: the taker's stream waits for the reset
+        storage = self._storage
+        if storage.orders_streams:  # CUDA: the taker's stream waits for the reset
+            storage.hand_out(block_id)
         return Block(self._core, self._storage, block_id, self._core.generation(block_id))
 
     def _unwrap(self, block: object) -> tuple[int, int]:

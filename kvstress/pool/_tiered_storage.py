@@ -54,9 +54,6 @@ class SegmentedStorage(BlockStorage):
     ) -> None:
         # BlockStorage.__init__ would allocate all num_blocks at once: the point of tiers is not to.
         self.tensor = torch.zeros((core_blocks, *block_shape), dtype=dtype, device=device)
-        # Resets complete in the call here, on every device: no reset stream, no events to wait on.
-        self._stream = None
-        self._ready = {}
         self.num_blocks = num_blocks
         self.core_blocks = core_blocks
         self.grow_blocks = grow_blocks

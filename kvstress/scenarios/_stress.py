@@ -19,7 +19,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -210,41 +210,42 @@ def _thread_run(
 def _bounded_finish(ops: ScenarioOps, bound: float) -> None:
     """``ops.finish()`` (release what the workers still hold, check the pool at rest) on a
     daemon thread: a pool that never returns from a release hangs that thread, not the harness."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            run_to_completion(ops.finish())
-        except BaseException as error:
-            errors.append(error)
-
-    thread = threading.Thread(target=run, name="kvstress-stress-finish", daemon=True)
-    thread.start()
-    thread.join(bound)
-    if thread.is_alive():
-        raise InvariantViolation(
-            "hang", f"the harness's final release of a block still held did not return within {bound:g} s"
-        )
-    if errors:
-        raise errors[0]
+    _on_a_thread(
+        lambda: run_to_completion(ops.finish()),
+        bound,
+        "kvstress-stress-finish",
+        f"the harness's final release of a block still held did not return within {bound:g} s",
+    )
 
 
 def _async_on_a_thread(config: ScenarioConfig, record: ExecutionRecord, timing: TimingPolicy) -> None:
     """The async execution on a daemon thread of its own: a pool that blocks its event loop's
     thread (a real lock never released) can only be abandoned, and the harness must go on."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            anyio.run(_async_run, config, record, timing)
-        except BaseException as error:
-            errors.append(error)
-
     assert record.scenario is not None
     # The run bounds itself (programs: timeouts + hang_bound; the final releases: hang_bound);
     # this outer bound only catches a loop that cannot run those, so it leaves them room.
     bound = record.scenario.total_timeout + 2 * timing.hang_bound + 1.0
-    thread = threading.Thread(target=run, name="kvstress-stress-loop", daemon=True)
+    _on_a_thread(
+        lambda: anyio.run(_async_run, config, record, timing),
+        bound,
+        "kvstress-stress-loop",
+        f"the async run did not end within {bound:g} s: a wait that cancellation cannot end "
+        "(a shielded one) never finishes, or the pool blocks the event loop's thread",
+    )
+
+
+def _on_a_thread(run: Callable[[], object], bound: float, name: str, hang: str) -> None:
+    """``run()`` on a daemon thread, waited for ``bound`` seconds: raises what it raised, or a
+    ``hang`` violation saying ``hang`` when it is still running (the thread is abandoned)."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            run()
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=target, name=name, daemon=True)
     thread.start()
     try:
         thread.join(bound)
@@ -252,11 +253,7 @@ def _async_on_a_thread(config: ScenarioConfig, record: ExecutionRecord, timing: 
         _let_finish([thread], grace=2.0)
         raise
     if thread.is_alive():
-        raise InvariantViolation(
-            "hang",
-            f"the async run did not end within {bound:g} s: a wait that cancellation cannot end "
-            "(a shielded one) never finishes, or the pool blocks the event loop's thread",
-        )
+        raise InvariantViolation("hang", hang)
     if errors:
         raise errors[0]
 
