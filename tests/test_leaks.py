@@ -68,8 +68,8 @@ def test_no_threshold_means_no_reports() -> None:
 
 def test_paranoid_captures_every_stack_and_disabled_none() -> None:
     """PARANOID records a stack at every acquire; DISABLED records none."""
-    paranoid = LeakTracker(LeakDetection.PARANOID, 128, None)
-    disabled = LeakTracker(LeakDetection.DISABLED, 128, None)
+    paranoid = LeakTracker(LeakDetection.PARANOID, 128, None, 3)
+    disabled = LeakTracker(LeakDetection.DISABLED, 128, None, 3)
     for block_id in range(3):
         paranoid.on_acquire(block_id, 0.0, None)
         disabled.on_acquire(block_id, 0.0, None)
@@ -80,7 +80,7 @@ def test_paranoid_captures_every_stack_and_disabled_none() -> None:
 
 def test_simple_samples_one_acquire_in_n() -> None:
     """SIMPLE captures the stack of one acquire in sample_rate, deterministically."""
-    tracker = LeakTracker(LeakDetection.SIMPLE, 4, None)
+    tracker = LeakTracker(LeakDetection.SIMPLE, 4, None, 12)
     for block_id in range(12):
         tracker.on_acquire(block_id, 0.0, None)
     assert [i for i in range(12) if tracker.stack_of(i)] == [0, 4, 8]

@@ -117,6 +117,43 @@ def test_woken_then_cancelled_waiter_passes_the_wakeup_on() -> None:
     assert got == [("second", True)]  # promptly, not after its 5 s timeout
 
 
+def test_task_cancel_right_after_a_take_gives_the_block_back() -> None:
+    """Task.cancel() landing on acquire's yield after its take (anyio's shield does not stop
+    it) gives the block back: the cancelled acquire holds nothing and the pool loses nothing."""
+
+    async def main() -> tuple[list[int], int]:
+        pool = make(2)
+        taker = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0)  # the taker has taken block 0 and yields
+        assert pool.free_count() == 1
+        taker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taker
+        return sorted(pool.free_ids()), pool.metrics()["acquired_count"]
+
+    assert asyncio.run(main()) == ([0, 1], 0)
+
+
+async def test_release_never_suspends_so_task_cancel_cannot_cut_it_short() -> None:
+    """release completes in its first step: a coroutine that is never resumed has released."""
+    pool = make(1)
+    block = await pool.acquire()
+    assert block is not None
+    with pytest.raises(StopIteration) as done:
+        pool.release(block).send(None)
+    assert done.value.value is True
+    assert pool.free_count() == 1 and block.state is BlockState.FREE
+
+
+async def test_dump_names_the_holding_task() -> None:
+    """The holder of a block is the acquiring task, named as the backend names it."""
+    pool = make(1)
+    await pool.acquire()
+    (info,) = pool.dump()
+    assert info.holder is not None and info.holder != "?"
+    assert info.holder.split("#")[0] == anyio.get_current_task().name.split("#")[0]
+
+
 async def test_cancelled_release_still_completes() -> None:
     """release inside a cancelled scope is shielded: the block is returned all the same."""
     pool = make(1)

@@ -38,7 +38,7 @@ def test_release_many_resets_with_one_device_call(monkeypatch: pytest.MonkeyPatc
         original(self, block_ids)
 
     monkeypatch.setattr(BlockStorage, "reset_many", counting)
-    monkeypatch.setattr(BlockStorage, "reset", lambda self, block_id: pytest.fail("a per-block reset"))
+    monkeypatch.setattr(type(pool._storage), "reset", lambda self, block_id: pytest.fail("a per-block reset"))
     pool.release_many(blocks)  # type: ignore[arg-type]
     assert calls == [[0, 1, 2, 3, 4]]
 

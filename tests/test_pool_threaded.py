@@ -10,7 +10,7 @@ import structlog
 import torch
 
 from kvstress import BlockState, InvalidTransition, PoolExhausted, ThreadedBlockPool
-from kvstress.pool._storage import BlockStorage
+from kvstress.pool._storage import HOST_COPY_MAX_BYTES, BlockStorage
 
 
 def make(num_blocks: int = 4, shape: tuple[int, ...] = (2, 3)) -> ThreadedBlockPool:
@@ -203,21 +203,29 @@ def test_release_resets_the_data_before_the_next_acquire() -> None:
     assert torch.count_nonzero(again.data) == 0
 
 
-def test_reset_happens_strictly_before_the_offer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """While the block is being zeroed it is RELEASING and not yet in the free queue."""
-    pool = make(2)
+@pytest.mark.parametrize(
+    ("block_shape", "under_lock"), [((2,), True), ((HOST_COPY_MAX_BYTES // 4 + 1,), False)]
+)
+def test_reset_happens_strictly_before_the_offer(
+    monkeypatch: pytest.MonkeyPatch, block_shape: tuple[int, ...], under_lock: bool
+) -> None:
+    """While the block is being zeroed it is RELEASING and not yet in the free queue; a short
+    host reset runs under the lock, a large one outside it."""
+    pool = ThreadedBlockPool(2, block_shape)
     block = pool.acquire()
     assert block is not None
-    seen: list[tuple[BlockState, bool, int]] = []
-    original = BlockStorage.reset
+    seen: list[tuple[BlockState, bool, int, bool]] = []
+    storage_class = type(pool._storage)
+    original = storage_class.reset
 
     def spying_reset(storage: BlockStorage, block_id: int) -> None:
-        seen.append((pool._core.state(block_id), block_id in pool.free_ids(), pool.free_count()))
+        core = pool._core  # read without the lock, which the reset may hold
+        seen.append((core.state(block_id), block_id in core.free_ids(), core.free_count, pool._lock.locked()))
         original(storage, block_id)
 
-    monkeypatch.setattr(BlockStorage, "reset", spying_reset)
+    monkeypatch.setattr(storage_class, "reset", spying_reset)
     assert pool.release(block)
-    assert seen == [(BlockState.RELEASING, False, 1)]
+    assert seen == [(BlockState.RELEASING, False, 1, under_lock)]
     assert block.id in pool.free_ids()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -16,6 +17,8 @@ from kvstress.pool._base import PoolBase
 from kvstress.pool._block import Block
 from kvstress.pool._core import ReleaseStep
 
+_LAST, _DOUBLE = ReleaseStep.LAST, ReleaseStep.DOUBLE
+
 
 class AsyncBlockPool(PoolBase):
     """A KV-cache block pool for async tasks. Implements the kvstress pool protocol (async flavour).
@@ -24,9 +27,12 @@ class AsyncBlockPool(PoolBase):
     loop's clock (``anyio.current_time``), so trio's MockClock and kvstress' controlled loop
     drive timeouts on virtual time.
 
-    Cancellation: a cancelled ``acquire`` never holds a block (it takes one only at a point
-    where it can no longer be cancelled) and passes on a wake-up it received, so no waiter is
-    left asleep beside a free block; ``release`` is shielded and always completes.
+    Cancellation: a cancelled ``acquire`` never holds a block and passes on a wake-up it
+    received, so no waiter is left asleep beside a free block. It takes a block only where no
+    anyio or trio cancellation can strike; plain asyncio's ``Task.cancel`` (``asyncio.timeout``,
+    ``wait_for``) goes through anyio's shields, so a block taken just before such a
+    cancellation is given back before the cancellation goes on. ``release`` never suspends: it
+    always completes, whatever cancels its caller.
     """
 
     def _setup(self) -> None:
@@ -38,16 +44,22 @@ class AsyncBlockPool(PoolBase):
 
         ``None`` waits without limit, ``0`` tries once. Returns None when the time is up.
         """
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         await anyio.lowlevel.checkpoint_if_cancelled()
-        core, holder = self._core, anyio.get_current_task()
+        core, holder = self._core, _current_task()
         now = anyio.current_time()
         block_id = core.take(now, holder)
         if block_id >= 0:
             core.waits.add(0.0)
-            # Yield to the loop, but where no cancellation can strike: the block is ours.
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-            return self._handed_out(block_id, now)
+            block = self._handed_out(block_id, now)
+            try:
+                # Yield to the loop (acquire is a schedule point), shielded: the block is ours.
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            except BaseException:  # plain Task.cancel() strikes through the shield
+                self._release_now(block_id, block.generation)
+                raise
+            return block
         if timeout == 0:
             core.timeouts += 1
             await anyio.lowlevel.cancel_shielded_checkpoint()
@@ -100,45 +112,45 @@ class AsyncBlockPool(PoolBase):
     async def release(self, block: Block) -> bool:
         """Drop one reference; the last one resets the block and returns it to the queue.
 
-        Shielded from cancellation. Returns True only when this call returned the block; a
-        double release (or a stale handle) changes nothing, is counted, logged at WARNING,
-        and returns False.
+        Completes without suspending, so no cancellation can cut it short (and it is no
+        checkpoint). Returns True only when this call returned the block; a double release (or
+        a stale handle) changes nothing, is counted, logged at WARNING, and returns False.
         """
         block_id, generation = self._unwrap(block)
-        with anyio.CancelScope(shield=True):
-            step = self._core.begin_release(block_id, generation, anyio.current_time())
-            if step is ReleaseStep.LAST:
-                self._storage.reset(block_id)  # strictly before the offer below
-                self._core.finish_release(block_id)
-                self._wake_one()
-            elif step is ReleaseStep.DOUBLE:
-                self._log_double_release(block_id)
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-        return step is ReleaseStep.LAST
+        return self._release_now(block_id, generation)
+
+    def _release_now(self, block_id: int, generation: int) -> bool:
+        step = self._core.begin_release(block_id, generation, anyio.current_time())
+        if step is _LAST:
+            self._storage.reset(block_id)  # strictly before the offer below
+            self._core.finish_release(block_id)
+            self._wake_one()
+            return True
+        if step is _DOUBLE:
+            self._log_double_release(block_id)
+        return False
 
     async def release_many(self, blocks: Sequence[Block]) -> list[bool]:
         """``release`` each block, with one reset for all whose last reference goes (one device
         operation instead of one per block), completed before any of them is offered.
 
-        Shielded from cancellation, as ``release``. Returns, per block, True where this call
+        Completes without suspending, as ``release``. Returns, per block, True where this call
         returned it.
         """
         unwrapped = [self._unwrap(block) for block in blocks]  # misuse raises before any change
-        with anyio.CancelScope(shield=True):
-            now = anyio.current_time()
-            steps = [self._core.begin_release(i, g, now) for i, g in unwrapped]
-            last = []
-            for (block_id, _), step in zip(unwrapped, steps, strict=True):
-                if step is ReleaseStep.LAST:
-                    last.append(block_id)
-                elif step is ReleaseStep.DOUBLE:
-                    self._log_double_release(block_id)
-            self._storage.reset_many(last)  # strictly before the offers below
-            for block_id in last:
-                self._core.finish_release(block_id)
-                self._wake_one()
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-        return [step is ReleaseStep.LAST for step in steps]
+        now = anyio.current_time()
+        steps = [self._core.begin_release(i, g, now) for i, g in unwrapped]
+        last = []
+        for (block_id, _), step in zip(unwrapped, steps, strict=True):
+            if step is _LAST:
+                last.append(block_id)
+            elif step is _DOUBLE:
+                self._log_double_release(block_id)
+        self._storage.reset_many(last)  # strictly before the offers below
+        for block_id in last:
+            self._core.finish_release(block_id)
+            self._wake_one()
+        return [step is _LAST for step in steps]
 
     @asynccontextmanager
     async def block(self, timeout: float | None = None) -> AsyncIterator[Block]:
@@ -159,3 +171,12 @@ class AsyncBlockPool(PoolBase):
             return anyio.current_time()
         except Exception:  # read from sync code outside the loop (a dump): asyncio's clock
             return time.monotonic()
+
+
+def _current_task() -> object:
+    """The running task, for the leak tracker: asyncio's own task where the loop is asyncio
+    (a tenth of the cost of ``anyio.get_current_task``), anyio's record of it elsewhere."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no asyncio loop runs here: trio
+        return anyio.get_current_task()

@@ -69,6 +69,7 @@ class PoolBase:
             leak_detection,
             positive_int("leak_sample_rate", leak_sample_rate),
             check_positive_or_none("leak_threshold", leak_threshold),
+            self.num_blocks,
         )
         self._storage = self._make_storage()
         self._core = self._make_core(tracker)
@@ -165,9 +166,12 @@ class PoolBase:
         storage = self._storage
         if storage.orders_streams:  # CUDA: the taker's stream waits for the reset
             storage.hand_out(block_id)
-        return Block(self._core, self._storage, block_id, self._core.generation(block_id))
+        core = self._core
+        return Block(core, storage, block_id, core.generations[block_id])
 
     def _unwrap(self, block: object) -> tuple[int, int]:
+        if type(block) is Block and block._core is self._core:  # the hot path: one exact check
+            return block.id, block.generation
         if not isinstance(block, Block) or not block.belongs_to(self._core):
             raise ValueError(f"block must be a Block handed out by this pool, got {block!r}")
         return block.id, block.generation

@@ -37,17 +37,20 @@ class ReleaseStep(Enum):
     DOUBLE = "double"
 
 
+_SHARED, _LAST, _DOUBLE = ReleaseStep.SHARED, ReleaseStep.LAST, ReleaseStep.DOUBLE
+
+
 class PoolCore:
     """The state of every block of one pool. See the module docstring for the invariants."""
 
     __slots__ = (
-        "_generation",
         "_head",
         "_ring",
         "_ring_len",
         "_state",
         "double_releases",
         "free_count",
+        "generations",
         "held",
         "leaks",
         "num_blocks",
@@ -60,7 +63,7 @@ class PoolCore:
         self.num_blocks = num_blocks
         self._state = bytearray(num_blocks)  # all FREE
         self.refcount = array("i", bytes(4 * num_blocks))
-        self._generation = array("I", bytes(4 * num_blocks))
+        self.generations = array("I", bytes(4 * num_blocks))
         self._ring = array("q", range(num_blocks))
         self._head = 0
         self._ring_len = num_blocks
@@ -75,23 +78,29 @@ class PoolCore:
 
     def take(self, now: float, holder: object) -> int:
         """Pop the next free block and hand it out (ACQUIRED, refcount 1); -1 when none is free."""
-        if self._ring_len == 0:
+        if not self._ring_len:
             return -1
-        block_id = self._ring[self._head]
-        self._head = (self._head + 1) % self.num_blocks
+        head = self._head
+        block_id = self._ring[head]
+        self._head = head + 1 if head + 1 < self.num_blocks else 0
         self._ring_len -= 1
-        self._cas(block_id, _FREE, _ACQUIRED, "acquire")
+        if self._state[block_id] != _FREE:
+            raise self._refused(block_id, _FREE, _ACQUIRED, "acquire")
+        self._state[block_id] = _ACQUIRED
         self.free_count -= 1
         self.refcount[block_id] = 1
-        self._generation[block_id] = (self._generation[block_id] + 1) & _GENERATION_MASK
+        self.generations[block_id] = (self.generations[block_id] + 1) & _GENERATION_MASK
         self.held += 1
         self.leaks.on_acquire(block_id, now, holder)
         return block_id
 
     def mark_in_use(self, block_id: int, generation: int) -> None:
         """ACQUIRED -> IN_USE, by the current tenant only."""
-        self._check_tenant(block_id, generation, "mark_in_use")
-        self._cas(block_id, _ACQUIRED, _IN_USE, "mark_in_use")
+        if generation != self.generations[block_id]:
+            self._check_tenant(block_id, generation, "mark_in_use")
+        if self._state[block_id] != _ACQUIRED:
+            raise self._refused(block_id, _ACQUIRED, _IN_USE, "mark_in_use")
+        self._state[block_id] = _IN_USE
 
     def retain(self, block_id: int, generation: int) -> None:
         """One more reference to a held block (prefix sharing)."""
@@ -106,25 +115,30 @@ class PoolCore:
     def begin_release(self, block_id: int, generation: int, now: float) -> ReleaseStep:
         """Drop one reference; the last one moves the block to RELEASING (reset comes next)."""
         state = self._state[block_id]
+        refcount = self.refcount[block_id]
         if (
-            generation != self._generation[block_id]
-            or state not in (_ACQUIRED, _IN_USE)
-            or self.refcount[block_id] < 1
+            generation != self.generations[block_id]
+            or (state != _ACQUIRED and state != _IN_USE)
+            or refcount < 1
         ):
             self.double_releases += 1
-            return ReleaseStep.DOUBLE
-        self.refcount[block_id] -= 1
-        if self.refcount[block_id] > 0:
-            return ReleaseStep.SHARED
-        self._cas(block_id, state, _RELEASING, "release")
+            return _DOUBLE
+        if refcount > 1:
+            self.refcount[block_id] = refcount - 1
+            return _SHARED
+        self.refcount[block_id] = 0
+        self._state[block_id] = _RELEASING
         self.held -= 1
         self.leaks.on_release(block_id, now)
-        return ReleaseStep.LAST
+        return _LAST
 
     def finish_release(self, block_id: int) -> None:
         """RELEASING -> FREE and offer: call only after the block's memory is reset."""
-        self._cas(block_id, _RELEASING, _FREE, "offer")
-        self._ring[(self._head + self._ring_len) % self.num_blocks] = block_id
+        if self._state[block_id] != _RELEASING:
+            raise self._refused(block_id, _RELEASING, _FREE, "offer")
+        self._state[block_id] = _FREE
+        tail = self._head + self._ring_len
+        self._ring[tail if tail < self.num_blocks else tail - self.num_blocks] = block_id
         self._ring_len += 1
         self.free_count += 1
 
@@ -140,7 +154,7 @@ class PoolCore:
 
     def generation(self, block_id: int) -> int:
         """How many times the block has been handed out (mod 2**32)."""
-        return self._generation[block_id]
+        return self.generations[block_id]
 
     def free_ids(self) -> list[int]:
         """The free ring's ids in queue order (a snapshot)."""
@@ -152,15 +166,19 @@ class PoolCore:
     def _cas(self, block_id: int, expected: int, new: int, attempted: str) -> None:
         """Compare-and-set the state; atomic because the caller holds the pool's lock or loop."""
         if self._state[block_id] != expected:
-            raise InvalidTransition(
-                block_id,
-                self.state_name(block_id),
-                f"{attempted} ({BlockState(expected).name} -> {BlockState(new).name})",
-            )
+            raise self._refused(block_id, expected, new, attempted)
         self._state[block_id] = new
 
+    def _refused(self, block_id: int, expected: int, new: int, attempted: str) -> InvalidTransition:
+        """The error for a compare-and-set that found the block in another state."""
+        return InvalidTransition(
+            block_id,
+            self.state_name(block_id),
+            f"{attempted} ({BlockState(expected).name} -> {BlockState(new).name})",
+        )
+
     def _check_tenant(self, block_id: int, generation: int, attempted: str) -> None:
-        if generation != self._generation[block_id]:
+        if generation != self.generations[block_id]:
             raise InvalidTransition(
                 block_id,
                 self.state_name(block_id),

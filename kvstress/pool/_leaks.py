@@ -8,8 +8,10 @@ suspect; if it is released afterwards, that is reported too.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import traceback
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
@@ -38,52 +40,74 @@ class LeakSuspect:
 
 
 class LeakTracker:
-    """Acquire records of the held blocks, oldest first, and the suspects already reported.
+    """Who holds each block since when, and the stacks, watches and reports of leak detection.
 
-    Not thread-safe: the owning pool calls it under its own lock (or from its event loop).
-    Invariant: a held block is in exactly one of ``_watch`` (not yet reported) and ``_reported``.
+    Not thread-safe: the owning pool calls it under its own lock (or from its event loop). The
+    time and holder of each block are kept in two preallocated per-block arrays (16 bytes a
+    block, no Python object per block); stacks, watches and reports in dicts, for the few
+    blocks that have one.
+
+    Invariants: a block is held exactly when ``holders[block]`` is not None; a held block that
+    is watched is in exactly one of ``_watch`` (not yet reported) and ``_reported``; ``tracked``
+    holds every block with a stack, a watch or a report, so a release of any other block costs
+    one set lookup.
     """
 
     __slots__ = (
-        "_acquired",
-        "_holder",
+        "_countdown",
+        "_every",
         "_reported",
         "_stack",
-        "_tick",
         "_watch",
+        "holders",
         "level",
         "returned_count",
         "sample_rate",
+        "since",
         "suspect_count",
         "threshold",
+        "tracked",
     )
 
-    def __init__(self, level: LeakDetection, sample_rate: int, threshold: float | None) -> None:
+    def __init__(
+        self, level: LeakDetection, sample_rate: int, threshold: float | None, num_blocks: int
+    ) -> None:
         self.level = level
         self.sample_rate = sample_rate
         self.threshold = threshold
         self.suspect_count = 0
         self.returned_count = 0
-        self._tick = 0
-        self._acquired: dict[int, float] = {}
-        self._holder: dict[int, object] = {}
+        self.since = array("d", bytes(8 * num_blocks))
+        self.holders: list[object | None] = [None] * num_blocks
+        self.tracked: set[int] = set()
+        # A stack is captured when the countdown reaches 0: every acquire (PARANOID), the first
+        # of each sample_rate (SIMPLE), never (DISABLED: the countdown starts below 0).
+        self._every = {LeakDetection.PARANOID: 1, LeakDetection.SIMPLE: sample_rate}.get(level, 0)
+        self._countdown = 1 if self._every else 0
         self._stack: dict[int, str] = {}
         self._watch: OrderedDict[int, None] = OrderedDict()
         self._reported: set[int] = set()
 
     def on_acquire(self, block_id: int, now: float, holder: object) -> None:
         """Record the time and holder; capture the stack if the level says so."""
-        self._acquired[block_id] = now
-        self._holder[block_id] = holder
-        if self._should_capture():
+        self.since[block_id] = now
+        self.holders[block_id] = _UNKNOWN_HOLDER if holder is None else holder
+        self._countdown -= 1
+        if self._countdown == 0:
+            self._countdown = self._every
             self._stack[block_id] = _caller_stack()
+            self.tracked.add(block_id)
         if self.threshold is not None:
             self._watch[block_id] = None
+            self.tracked.add(block_id)
 
     def on_release(self, block_id: int, now: float) -> None:
         """Forget the block; report it if it comes back after being reported as a leak."""
-        since = self._acquired.pop(block_id, now)
-        holder = self._holder.pop(block_id, None)
+        holder = self.holders[block_id]
+        self.holders[block_id] = None
+        if block_id not in self.tracked:
+            return
+        self.tracked.discard(block_id)
         self._stack.pop(block_id, None)
         self._watch.pop(block_id, None)
         if block_id in self._reported:
@@ -93,7 +117,7 @@ class LeakTracker:
                 "leak_suspect_returned",
                 block=block_id,
                 holder=describe_holder(holder),
-                held_for_s=round(now - since, 6),
+                held_for_s=round(now - self.since[block_id], 6),
             )
 
     def scan(self, now: float) -> list[LeakSuspect]:
@@ -103,7 +127,7 @@ class LeakTracker:
         found: list[LeakSuspect] = []
         while self._watch:
             block_id = next(iter(self._watch))
-            held_for = now - self._acquired[block_id]
+            held_for = now - self.since[block_id]
             if held_for < self.threshold:
                 break
             del self._watch[block_id]
@@ -111,7 +135,7 @@ class LeakTracker:
             self.suspect_count += 1
             suspect = LeakSuspect(
                 block_id,
-                describe_holder(self._holder.get(block_id)),
+                describe_holder(self.holders[block_id]),
                 held_for,
                 self._stack.get(block_id),
             )
@@ -127,26 +151,20 @@ class LeakTracker:
 
     def holder_of(self, block_id: int) -> str | None:
         """Who took the block, or None when it is not held."""
-        if block_id not in self._holder:
-            return None
-        return describe_holder(self._holder[block_id])
+        holder = self.holders[block_id]
+        return None if holder is None else describe_holder(holder)
 
     def acquired_at(self, block_id: int) -> float | None:
         """When the block was taken (the pool's clock), or None when it is not held."""
-        return self._acquired.get(block_id)
+        return None if self.holders[block_id] is None else self.since[block_id]
 
     def stack_of(self, block_id: int) -> str | None:
         """The call stack captured at acquire, if one was."""
         return self._stack.get(block_id)
 
-    def _should_capture(self) -> bool:
-        if self.level is LeakDetection.PARANOID:
-            return True
-        if self.level is LeakDetection.DISABLED:
-            return False
-        self._tick += 1
-        return self._tick % self.sample_rate == 1 or self.sample_rate == 1
 
+_UNKNOWN_HOLDER = "?"
+"""Recorded for a holder given as None, so that ``holders`` still tells a held block."""
 
 _POOL_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -159,8 +177,10 @@ def _caller_stack(limit: int = 12) -> str:
 
 def describe_holder(holder: object) -> str:
     """A readable name for a thread or task record."""
-    if holder is None:
+    if holder is None or holder is _UNKNOWN_HOLDER:
         return "?"
+    if isinstance(holder, asyncio.Task):
+        return f"{holder.get_name()}#{id(holder)}"
     name = getattr(holder, "name", None)
     ident = getattr(holder, "ident", None) or getattr(holder, "id", None)
     if name is None:

@@ -13,26 +13,32 @@ from kvstress.pool._base import PoolBase
 from kvstress.pool._block import Block
 from kvstress.pool._core import ReleaseStep
 
+_LAST, _DOUBLE = ReleaseStep.LAST, ReleaseStep.DOUBLE
+
 
 class ThreadedBlockPool(PoolBase):
     """A KV-cache block pool for threads. Implements the kvstress pool protocol.
 
-    ``acquire`` parks on a condition variable (no spinning) and is woken by each release; the
-    reset of a released block happens outside the lock but strictly before the block is
-    offered. The clock is ``time.monotonic``, looked up at call time so that a controlled run
-    can put a virtual clock in its place.
+    ``acquire`` parks on a condition variable (no spinning) and is woken by each release. The
+    reset of a released block happens strictly before the block is offered: under the lock when
+    it is a short host copy (a CPU block of up to 64 KiB, a few microseconds), outside it
+    otherwise, so a large fill or a device call never holds other threads up. The clock is
+    ``time.monotonic``, looked up at call time so that a controlled run can put a virtual clock
+    in its place.
     """
 
     def _setup(self) -> None:
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
+        self._waiting = 0  # threads parked on _not_empty; a release notifies only when some are
 
     def acquire(self, timeout: float | None = None) -> Block | None:
         """Take a FREE block (ACQUIRED, refcount 1, zeroed); wait up to ``timeout`` seconds.
 
         ``None`` waits without limit, ``0`` tries once. Returns None when the time is up.
         """
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         core, holder = self._core, threading.current_thread()
         with self._lock:
             now = time.monotonic()
@@ -43,7 +49,11 @@ class ThreadedBlockPool(PoolBase):
             if timeout == 0:
                 core.timeouts += 1
                 return None
-            return self._wait_for_block(now, timeout, holder)
+            self._waiting += 1
+            try:
+                return self._wait_for_block(now, timeout, holder)
+            finally:
+                self._waiting -= 1
 
     def _wait_for_block(self, start: float, timeout: float | None, holder: object) -> Block | None:
         # Called with the lock held. A notification can be lost to a waiter whose wait has
@@ -80,19 +90,28 @@ class ThreadedBlockPool(PoolBase):
         WARNING, and returns False.
         """
         block_id, generation = self._unwrap(block)
+        storage = self._storage
         with self._lock:
             step = self._core.begin_release(block_id, generation, time.monotonic())
-        if step is ReleaseStep.DOUBLE:
+            if step is _LAST and storage.resets_under_lock:
+                storage.reset(block_id)  # a short host copy, strictly before the offer
+                self._offer(block_id)
+                return True
+        if step is _LAST:
+            storage.reset(block_id)  # outside the lock, strictly before the offer
+            with self._lock:
+                self._offer(block_id)
+            return True
+        if step is _DOUBLE:
             self._log_double_release(block_id)
-            return False
-        if step is ReleaseStep.SHARED:
-            return False
-        self._storage.reset(block_id)  # strictly before the offer below
-        with self._lock:
-            self._core.finish_release(block_id)
-            self._offered((block_id,))
+        return False
+
+    def _offer(self, block_id: int) -> None:
+        # Called with the lock held, once the block is reset.
+        self._core.finish_release(block_id)
+        self._offered((block_id,))
+        if self._waiting:
             self._not_empty.notify()
-        return True
 
     def release_many(self, blocks: Sequence[Block]) -> list[bool]:
         """``release`` each block (a sequence's whole table, say), with one reset for all the
@@ -107,19 +126,18 @@ class ThreadedBlockPool(PoolBase):
             now = time.monotonic()
             steps = [self._core.begin_release(i, g, now) for i, g in unwrapped]
         for (block_id, _), step in zip(unwrapped, steps, strict=True):
-            if step is ReleaseStep.DOUBLE:
+            if step is _DOUBLE:
                 self._log_double_release(block_id)
-        last = [
-            block_id for (block_id, _), step in zip(unwrapped, steps, strict=True) if step is ReleaseStep.LAST
-        ]
+        last = [block_id for (block_id, _), step in zip(unwrapped, steps, strict=True) if step is _LAST]
         if last:
             self._storage.reset_many(last)  # strictly before the offers below
             with self._lock:
                 for block_id in last:
                     self._core.finish_release(block_id)
                 self._offered(last)
-                self._not_empty.notify(len(last))
-        return [step is ReleaseStep.LAST for step in steps]
+                if self._waiting:
+                    self._not_empty.notify(len(last))
+        return [step is _LAST for step in steps]
 
     def _offered(self, block_ids: Sequence[int]) -> None:
         """Called with the lock held, once released blocks are back in the queue (a subclass's
