@@ -15,6 +15,8 @@ from pools._simple import SimpleAsyncPool, SimpleThreadedPool
 import kvstress
 from kvstress import TimingPolicy
 from kvstress._violation import InvariantViolation
+from kvstress.harness import PoolDriver
+from kvstress.mutants import AsyncShieldedReleaseYieldPool, AsyncShieldedYieldPool
 
 # derandomize: the same examples every run, so CI is deterministic and failures replay.
 CI = settings(
@@ -35,6 +37,7 @@ CORRECT = [
     pytest.param(kvstress.AsyncBlockPool, "trio", 300, id="AsyncBlockPool-trio"),
     pytest.param(SimpleThreadedPool, "asyncio", 200, id="SimpleThreadedPool"),
     pytest.param(SimpleAsyncPool, "trio", 200, id="SimpleAsyncPool-trio"),
+    pytest.param(SimpleAsyncPool, "asyncio", 100, id="SimpleAsyncPool-asyncio"),
 ]
 
 
@@ -91,6 +94,33 @@ def test_machine_names_the_planted_bug(pool: type, backend: str) -> None:
     machine = kvstress.pool_machine(pool, backend=backend, timing=QUICK_HANGS)
     violation = first_violation(lambda: run_state_machine_as_test(machine, settings=HUNT))
     assert violation.invariant in expected_ids(pool), violation.details()
+
+
+@pytest.mark.parametrize("pool", [AsyncShieldedYieldPool, AsyncShieldedReleaseYieldPool])
+def test_a_block_lost_to_task_cancel_is_caught_on_asyncio(pool: type) -> None:
+    """An acquire that yields, shielded, after its take, or a release that yields, shielded,
+    halfway, loses the block to plain Task.cancel(): the machine cancels acquires and releases
+    that way on asyncio and names the leak lost-block."""
+    machine = kvstress.pool_machine(pool, backend="asyncio", timing=QUICK_HANGS)
+    violation = first_violation(lambda: run_state_machine_as_test(machine, settings=HUNT))
+    assert violation.invariant == "lost-block", violation.details()
+
+
+def test_task_cancel_is_asyncio_only() -> None:
+    """On trio, where shields hold, the same pools are correct and the machine stays silent;
+    the driver refuses the steps where they do not apply."""
+    for pool in (AsyncShieldedYieldPool, AsyncShieldedReleaseYieldPool):
+        machine = kvstress.pool_machine(pool, backend="trio")
+        run_state_machine_as_test(machine, settings=settings(CI, max_examples=40))
+    driver = PoolDriver(kvstress.ThreadedBlockPool, num_blocks=1)
+    try:
+        assert not driver.cancels_tasks
+        with pytest.raises(ValueError, match="async pool on asyncio, not a threaded pool"):
+            driver.acquire_task_cancelled("h0", 0.0, 1)
+        with pytest.raises(ValueError, match="async pool on asyncio"):
+            driver.release_task_cancelled("h0", 0, 1)
+    finally:
+        driver.close()
 
 
 def test_failure_prints_a_replayable_program() -> None:

@@ -118,6 +118,32 @@ class PoolDriver(Scenarios):
         """retain or mark_in_use on a block nobody holds: it must raise."""
         self._dispatch(holder, lambda: self.op_misuse(holder, block_id, operation), self._bound(0))
 
+    @property
+    def cancels_tasks(self) -> bool:
+        """Whether the ``*_task_cancelled`` steps apply: an async pool on asyncio."""
+        return self.is_async and self.backend == "asyncio"
+
+    def acquire_task_cancelled(self, holder: str, timeout: float | None, turns: int) -> int | None:
+        """acquire(timeout) for ``holder``, cancelled by asyncio's ``Task.cancel()`` after
+        ``turns`` turns of the loop; the block id if it returned first (asyncio pools only)."""
+        self._need_task_cancel("acquire_task_cancelled")
+        return self._dispatch(
+            holder, lambda: self.op_acquire_task_cancelled(holder, timeout, turns), self._bound(timeout)
+        )
+
+    def release_task_cancelled(self, holder: str, block_id: int, turns: int) -> None:
+        """release of one of ``holder``'s references, cancelled by asyncio's ``Task.cancel()``
+        after ``turns`` turns of the loop (asyncio pools only)."""
+        self._need_task_cancel("release_task_cancelled")
+        self._dispatch(
+            holder, lambda: self.op_release_task_cancelled(holder, block_id, turns), self._bound(0)
+        )
+
+    def _need_task_cancel(self, step: str) -> None:
+        if not self.cancels_tasks:
+            flavour = f"an async pool on {self.backend}" if self.is_async else "a threaded pool"
+            raise ValueError(f"{step} needs an async pool on asyncio, not {flavour}")
+
     def check_quiet(self) -> None:
         """The consistency and conservation checks, with no operation in flight."""
         self._dispatch("harness", self.op_check_quiet, self._bound(0))

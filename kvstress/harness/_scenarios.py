@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -85,6 +86,35 @@ class Scenarios(Operations):
         waited = answered_at[0] - freed_at - self._gc_since(gc0)
         checkers.check_woken(got[0] is not None, waited, self.backoff_bound, self.timing)
         return got[0]
+
+    async def op_acquire_task_cancelled(self, holder: str, timeout: float | None, turns: int) -> int | None:
+        """(asyncio) acquire, cancelled by plain ``Task.cancel()`` once it has had ``turns`` turns
+        of the loop; the block id if it returned first, else None.
+
+        A cancelled acquire must hold nothing: a pool that took a block and then yielded,
+        shielded or not, loses it, and the quiet check after the step finds it neither held nor
+        free (``lost-block``).
+        """
+        _, block_id = await self._task_cancelled(self.op_acquire(holder, timeout), turns)
+        return block_id  # type: ignore[no-any-return]
+
+    async def op_release_task_cancelled(self, holder: str, block_id: int, turns: int) -> None:
+        """(asyncio) release, cancelled by plain ``Task.cancel()`` once it has had ``turns`` turns
+        of the loop. Cancelled before it took effect, the reference stays with its holder;
+        after, it is gone; a block left half-released is what the quiet check then reports."""
+        await self._task_cancelled(self.op_release(holder, block_id), turns)
+
+    async def _task_cancelled(self, operation: Coroutine[Any, Any, Any], turns: int) -> tuple[bool, Any]:
+        # Task.cancel() is how asyncio.timeout, wait_for and a server dropping a request cancel,
+        # and the one cancellation anyio's shields do not stop. (cancelled?, result if not)
+        task = asyncio.ensure_future(operation)
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.wait({task})
+        if task.cancelled():
+            return True, None
+        return False, task.result()  # it returned before the cancellation landed
 
     # -- batches ------------------------------------------------------------------------------
 

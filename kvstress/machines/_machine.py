@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
 
 from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
@@ -86,6 +86,14 @@ class PoolMachine(RuleBasedStateMachine):
     def acquire(self, holder: str, timeout: float) -> Ref:
         return self._ref(holder, self._do(lambda: self.driver.acquire(holder, timeout)))
 
+    # Plain Task.cancel() goes through anyio's shields; it exists on asyncio only, so these two
+    # rules are drawn only there (the precondition is fixed for the whole run: no data
+    # dependence on the pool's answers).
+    @precondition(lambda self: self.driver.cancels_tasks)
+    @rule(target=blocks, holder=holders, timeout=timeouts, turns=st.integers(1, 3))
+    def acquire_cancelled_by_task_cancel(self, holder: str, timeout: float, turns: int) -> Ref:
+        return self._ref(holder, self._do(lambda: self.driver.acquire_task_cancelled(holder, timeout, turns)))
+
     @rule(ref=blocks)
     def mark_in_use(self, ref: Ref) -> None:
         tenancy = self._tenancy(ref)
@@ -114,6 +122,15 @@ class PoolMachine(RuleBasedStateMachine):
     def release(self, ref: Ref) -> Ref:
         if self._tenancy(ref) is not None:
             self._do(lambda: self.driver.release(ref.holder, ref.block))
+        return ref
+
+    @precondition(lambda self: self.driver.cancels_tasks)
+    @rule(target=blocks, ref=consumes(blocks), turns=st.integers(1, 3))
+    def release_cancelled_by_task_cancel(self, ref: Ref, turns: int) -> Ref:
+        # The ref goes back: a release cancelled before it took effect leaves the block with its
+        # holder (and a stale ref is a no-op in every rule).
+        if self._tenancy(ref) is not None:
+            self._do(lambda: self.driver.release_task_cancelled(ref.holder, ref.block, turns))
         return ref
 
     @rule(ref=retired)

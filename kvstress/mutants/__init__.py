@@ -17,6 +17,8 @@ from kvstress.mutants._mutants_async import AsyncLockLeakPool as AsyncLockLeakPo
 from kvstress.mutants._mutants_async import AsyncMillisecondsPool as AsyncMillisecondsPool
 from kvstress.mutants._mutants_async import AsyncRearmedTimeoutPool as AsyncRearmedTimeoutPool
 from kvstress.mutants._mutants_async import AsyncResetAfterOfferPool as AsyncResetAfterOfferPool
+from kvstress.mutants._mutants_async import AsyncShieldedReleaseYieldPool as AsyncShieldedReleaseYieldPool
+from kvstress.mutants._mutants_async import AsyncShieldedYieldPool as AsyncShieldedYieldPool
 from kvstress.mutants._mutants_async import AsyncSilentReleasePool as AsyncSilentReleasePool
 from kvstress.mutants._mutants_async import AsyncSpinPool as AsyncSpinPool
 from kvstress.mutants._mutants_async import AsyncStaleCountPool as AsyncStaleCountPool

@@ -14,6 +14,8 @@ from kvstress.mutants._mutants_async import (
     AsyncMillisecondsPool,
     AsyncRearmedTimeoutPool,
     AsyncResetAfterOfferPool,
+    AsyncShieldedReleaseYieldPool,
+    AsyncShieldedYieldPool,
     AsyncSilentReleasePool,
     AsyncSpinPool,
     AsyncStaleCountPool,
@@ -68,7 +70,9 @@ MUTANTS: tuple[type, ...] = (
     # AsyncConditionPool (anyio: asyncio and trio)
     AsyncResetAfterOfferPool,
     AsyncTakeThenYieldPool,
+    AsyncShieldedYieldPool,
     AsyncUnshieldedReleasePool,
+    AsyncShieldedReleaseYieldPool,
     AsyncStaleCountPool,
     AsyncSilentReleasePool,
     AsyncMillisecondsPool,

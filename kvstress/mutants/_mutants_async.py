@@ -50,6 +50,41 @@ class AsyncTakeThenYieldPool(AsyncConditionPool):
         return block
 
 
+class AsyncShieldedYieldPool(AsyncConditionPool):
+    """As ``AsyncTakeThenYieldPool``, but the yield after the take is shielded, which holds
+    against anyio and trio cancellation: plain asyncio ``Task.cancel()`` (``asyncio.timeout``,
+    ``wait_for``, a server dropping a request) strikes through anyio's shield, and the block is
+    lost. kvstress' own AsyncBlockPool had this bug."""
+
+    expected = ("lost-block",)
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        block = await super().acquire(timeout)
+        if block is not None:
+            await anyio.lowlevel.cancel_shielded_checkpoint()  # BUG: Task.cancel() still lands here
+        return block
+
+
+class AsyncShieldedReleaseYieldPool(AsyncConditionPool):
+    """Release unpins the block, then yields, shielded, so that the memset of a large block
+    waits its turn on the loop, then resets and offers it. anyio and trio cancellation cannot
+    cut it there, but plain asyncio ``Task.cancel()`` strikes through anyio's shield: the block
+    is left RELEASING, neither held nor free, for ever."""
+
+    expected = ("lost-block",)
+
+    async def release(self, block: Block) -> bool:
+        with anyio.CancelScope(shield=True):
+            async with self._cond:
+                if not self._unpin(block):
+                    return False
+            await anyio.lowlevel.cancel_shielded_checkpoint()  # BUG: Task.cancel() still lands here
+            async with self._cond:
+                self._reset(block)
+                self._offer(block)
+        return True
+
+
 class AsyncUnshieldedReleasePool(AsyncConditionPool):
     """Release zeroes the block row by row outside the lock, yielding between rows so a big block
     does not stall the loop, with no shield: a release cancelled there leaves the block
