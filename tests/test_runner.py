@@ -8,7 +8,15 @@ import time
 import anyio
 import pytest
 
-from kvstress.harness._runner import CallHung, LoopThread, Suspensions, ThreadWorker, run_to_completion
+from kvstress.harness._runner import (
+    Abandoned,
+    CallHung,
+    LoopThread,
+    Suspensions,
+    ThreadWorker,
+    run_on_a_thread,
+    run_to_completion,
+)
 
 
 def test_thread_worker_returns_results_and_exceptions() -> None:
@@ -104,3 +112,30 @@ def test_run_to_completion_refuses_a_suspending_coroutine() -> None:
     assert run_to_completion(plain()) == 3
     with pytest.raises(RuntimeError, match="suspended"):
         run_to_completion(suspends())
+
+
+def test_run_on_a_thread_returns_the_result_or_raises_the_error() -> None:
+    """A run that ends in time gives back its result, or raises what it raised."""
+    assert run_on_a_thread(lambda: threading.current_thread().name, 1.0, name="kvstress-t") == "kvstress-t"
+    with pytest.raises(ZeroDivisionError):
+        run_on_a_thread(lambda: 1 // 0, 1.0, name="kvstress-t")
+
+
+def test_run_on_a_thread_abandons_a_run_past_its_bound() -> None:
+    """Past the bound the caller gets Abandoned at once; the daemon thread is left behind."""
+    release = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(Abandoned, match=r"kvstress-stuck did not finish within 0\.05 s"):
+        run_on_a_thread(release.wait, 0.05, name="kvstress-stuck")
+    assert time.monotonic() - start < 1.0
+    release.set()
+
+
+def test_run_on_a_thread_abandons_an_idle_run_before_its_bound() -> None:
+    """Once idle() says nothing can end the run, it is abandoned without waiting the bound."""
+    release = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(Abandoned):
+        run_on_a_thread(release.wait, 30.0, name="kvstress-idle", idle=lambda: True)
+    assert time.monotonic() - start < 1.0
+    release.set()

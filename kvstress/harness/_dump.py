@@ -6,13 +6,12 @@ runs on a throwaway daemon thread with a bound, and what cannot be read is shown
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kvstress._violation import BlockRecord
 from kvstress.harness._ledger import Ledger
+from kvstress.harness._runner import run_on_a_thread
 from kvstress.pool._state import BlockState
 
 T = TypeVar("T")
@@ -50,14 +49,8 @@ def _state_name(raw: object) -> str:
 
 
 def _bounded(fn: Callable[[], T], bound: float) -> T | None:
-    """Run ``fn`` on a throwaway daemon thread; None if it raises or overruns ``bound``."""
-    box: list[T] = []
-
-    def run() -> None:
-        with contextlib.suppress(Exception):  # a dump must never fail the report it belongs to
-            box.append(fn())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(bound)
-    return box[0] if box else None
+    """``fn()`` on a throwaway daemon thread; None if it raises or overruns ``bound``."""
+    try:
+        return run_on_a_thread(fn, bound, name="kvstress-dump")
+    except Exception:  # a dump must never fail the report it belongs to
+        return None

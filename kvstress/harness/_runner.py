@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -23,6 +24,56 @@ T = TypeVar("T")
 
 class CallHung(Exception):
     """A call did not finish within its bound; the thread that ran it is abandoned."""
+
+
+class Abandoned(Exception):
+    """``run_on_a_thread``: the run outlived its bound, and its thread is left to itself."""
+
+
+def run_on_a_thread(
+    fn: Callable[[], T],
+    bound: float,
+    *,
+    name: str,
+    idle: Callable[[], bool] | None = None,
+    interrupt_grace: float = 2.0,
+) -> T:
+    """``fn()`` on a daemon thread of its own, waited for at most ``bound`` seconds: its result,
+    or what it raised. Past the bound, or as soon as ``idle()`` says that nothing can end the
+    run any more, the thread is abandoned and Abandoned is raised.
+
+    On Ctrl-C the thread gets ``interrupt_grace`` seconds to end before the interrupt goes on:
+    a daemon thread still inside torch when the interpreter exits aborts the process.
+    """
+    outcome: list[T] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            outcome.append(fn())
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    try:
+        if idle is None:
+            thread.join(bound)
+        else:
+            deadline = time.monotonic() + bound
+            while thread.is_alive() and time.monotonic() < deadline:
+                thread.join(0.01)
+                if idle():
+                    thread.join(0.05)  # a cancellation may still end it cleanly
+                    break
+    except KeyboardInterrupt:
+        thread.join(interrupt_grace)
+        raise
+    if thread.is_alive():
+        raise Abandoned(f"{name} did not finish within {bound:g} s")
+    if errors:
+        raise errors[0]
+    return outcome[0]
 
 
 def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:

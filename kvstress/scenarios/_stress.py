@@ -30,7 +30,7 @@ from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled._patch import resolve_modules, source_files
 from kvstress.harness._dump import dump_blocks
-from kvstress.harness._runner import run_to_completion
+from kvstress.harness._runner import Abandoned, run_on_a_thread, run_to_completion
 from kvstress.harness._scenarios import first_violation
 from kvstress.scenarios._execution import (
     ExecutionRecord,
@@ -237,25 +237,10 @@ def _async_on_a_thread(config: ScenarioConfig, record: ExecutionRecord, timing: 
 def _on_a_thread(run: Callable[[], object], bound: float, name: str, hang: str) -> None:
     """``run()`` on a daemon thread, waited for ``bound`` seconds: raises what it raised, or a
     ``hang`` violation saying ``hang`` when it is still running (the thread is abandoned)."""
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            run()
-        except BaseException as error:
-            errors.append(error)
-
-    thread = threading.Thread(target=target, name=name, daemon=True)
-    thread.start()
     try:
-        thread.join(bound)
-    except KeyboardInterrupt:
-        _let_finish([thread], grace=2.0)
-        raise
-    if thread.is_alive():
-        raise InvariantViolation("hang", hang)
-    if errors:
-        raise errors[0]
+        run_on_a_thread(run, bound, name=name)
+    except Abandoned:
+        raise InvariantViolation("hang", hang) from None
 
 
 async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: TimingPolicy) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -22,6 +21,7 @@ import trio
 
 from kvstress.controlled import SchedulerExhausted, StepLimitExceeded, seeded_trio_run
 from kvstress.controlled._errors import Deadlock
+from kvstress.harness._runner import Abandoned, run_on_a_thread
 from kvstress.schedulers import Scheduler
 
 _IDLE_WAITS = 200  # consecutive idle I/O waits, clock unmoved, before the run counts as stuck
@@ -106,32 +106,16 @@ def _run_abandonable(run: Callable[[], bool], guard: _Guard, config: ScenarioCon
     """Run trio on a daemon thread, so that a run no cancellation can end (a task shielded
     around a wait that never ends) is abandoned instead of hanging the harness: it is reported
     once the run sits idle with no deadline, or after ``stall_timeout`` wall seconds."""
-    outcome: list[bool] = []
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            outcome.append(run())
-        except BaseException as error:
-            errors.append(error)
-
-    thread = threading.Thread(target=target, name="kvstress-trio", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + config.stall_timeout
     try:
-        while thread.is_alive() and time.monotonic() < deadline:
-            thread.join(0.01)
-            if guard.idle_forever.is_set():
-                thread.join(0.05)  # a cancellation may still end it cleanly
-                break
-    except KeyboardInterrupt:
-        thread.join(min(config.stall_timeout, 2.0))  # runs are short: let it end before exit
-        raise
-    if thread.is_alive():
+        return run_on_a_thread(
+            run,
+            config.stall_timeout,
+            name="kvstress-trio",
+            idle=guard.idle_forever.is_set,
+            interrupt_grace=min(config.stall_timeout, 2.0),  # runs are short: let it end first
+        )
+    except Abandoned:
         raise Deadlock(
             "the trio run is blocked for good: every task waits, no deadline is left, and a "
             "shielded wait keeps cancellation out (its thread is abandoned)"
-        )
-    if errors:
-        raise errors[0]
-    return outcome[0]
+        ) from None
