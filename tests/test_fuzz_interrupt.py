@@ -70,6 +70,25 @@ def test_a_finding_from_the_slice_ctrl_c_cut_short_is_dropped(
     assert not list(tmp_path.glob("*.json"))
 
 
+def test_raise_interrupt_turns_the_clean_stop_into_keyboard_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With raise_interrupt, the run still stops cleanly and drops the slice's finding, and then
+    raises KeyboardInterrupt, as a test or a score needs; its handler is put back first."""
+
+    def interrupted_slice(strategy: str, target: object, seed: int, budget: float) -> SliceResult:
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        return SliceResult(1, 3, None)
+
+    monkeypatch.setattr(run_module, "run_slice", interrupted_slice)
+    target = load_target("kvstress:ThreadedBlockPool")
+    with pytest.raises(KeyboardInterrupt):
+        fuzz(target, budget_s=5, seed=0, report_dir=tmp_path, raise_interrupt=True)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert not list(tmp_path.glob("*.json"))
+
+
 def test_without_ctrl_c_a_finding_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same slice without the signal: its finding is written (the drop above is Ctrl-C's)."""
 

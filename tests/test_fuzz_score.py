@@ -40,8 +40,14 @@ def test_score_and_median_count_only_detections_with_a_declared_id() -> None:
 
 
 def test_ctrl_c_stops_the_score_instead_of_counting_a_miss(monkeypatch: pytest.MonkeyPatch) -> None:
-    """fuzz() ends quietly on Ctrl-C; detect() must turn that back into KeyboardInterrupt."""
-    monkeypatch.setattr(score_module, "fuzz", lambda *a, **k: FuzzOutcome(0, 0, 0.1, interrupted=True))
+    """detect() asks fuzz() to raise on Ctrl-C, so a score stops rather than count a miss."""
+
+    def interrupted_fuzz(*args: object, raise_interrupt: bool = False, **kwargs: object) -> FuzzOutcome:
+        if raise_interrupt:
+            raise KeyboardInterrupt
+        return FuzzOutcome(0, 0, 0.1, interrupted=True)
+
+    monkeypatch.setattr(score_module, "fuzz", interrupted_fuzz)
     with pytest.raises(KeyboardInterrupt):
         detect(PartialResetPool, budget_s=5.0)
 

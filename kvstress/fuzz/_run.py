@@ -84,16 +84,25 @@ def fuzz(
     stream: int = 0,
     stop: threading.Event | Any = None,
     on_progress: Callable[[Progress], None] | None = None,
+    raise_interrupt: bool = False,
 ) -> FuzzOutcome:
     """Fuzz ``target`` for ``budget_s`` wall seconds or until a violation, which is written as a
     report in ``report_dir``. ``stop`` (an Event) ends the run early; so does Ctrl-C, and
-    either way what was found is already written."""
+    either way what was found is already written.
+
+    On Ctrl-C the run stops cleanly (its threads unwound) and returns an ``interrupted``
+    outcome, as a command that reports and exits wants; with ``raise_interrupt`` it raises
+    KeyboardInterrupt instead, as a caller that must stop too wants (a test, a score).
+    """
     if not budget_s > 0:
         raise ValueError(f"budget must be a number of seconds > 0, got {budget_s!r}")
     start = time.monotonic()
     log.info("fuzz.start", pool=target.spec, mode=target.mode, budget_s=budget_s, seed=seed, stream=stream)
     with _ctrl_c_flag() as ctrl_c:
-        return _loop(target, budget_s, seed, mix, report_dir, stream, stop, on_progress, ctrl_c, start)
+        outcome = _loop(target, budget_s, seed, mix, report_dir, stream, stop, on_progress, ctrl_c, start)
+    if outcome.interrupted and raise_interrupt:
+        raise KeyboardInterrupt
+    return outcome
 
 
 def _loop(

@@ -51,11 +51,10 @@ def detect(
     """Fuzz ``pool`` for up to ``budget_s`` seconds; what was found, if anything, and when."""
     target = load_target(spec_of(pool), backend=backend)
     with tempfile.TemporaryDirectory(prefix="kvstress-mutants-") as reports:
-        outcome = fuzz(target, budget_s=budget_s, seed=seed, mix=tuple(mix), report_dir=reports)
-        if outcome.interrupted:
-            # fuzz() ends quietly on Ctrl-C, as the CLI's fuzz wants; a score must stop, not
-            # count the interrupted pool as undetected (or clean) and go on to the next.
-            raise KeyboardInterrupt
+        # On Ctrl-C a score must stop, not count the pool as undetected (or clean) and go on.
+        outcome = fuzz(
+            target, budget_s=budget_s, seed=seed, mix=tuple(mix), report_dir=reports, raise_interrupt=True
+        )
         if outcome.finding is None or outcome.report is None:
             return Detection(pool.__qualname__, expected_of(pool), None, None, None)
         elapsed = float(load_report(outcome.report)["elapsed_s"])

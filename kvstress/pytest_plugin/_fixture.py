@@ -97,10 +97,14 @@ class PoolChecker:
         mix = parse_mix(strategy)
         target = load_target(spec, num_blocks=num_blocks, block_shape=block_shape, backend=backend)
         outcome = fuzz(
-            target, budget_s=budget_s, seed=run_seed, mix=mix, report_dir=self.report_dir, stream=0
+            target,
+            budget_s=budget_s,
+            seed=run_seed,
+            mix=mix,
+            report_dir=self.report_dir,
+            stream=0,
+            raise_interrupt=True,  # pytest must stop too
         )
-        if outcome.interrupted:
-            raise KeyboardInterrupt  # fuzz swallows Ctrl-C for the CLI; pytest must still stop
         if outcome.finding is not None:
             raise self._violation(outcome.finding.violation, outcome.report, run_seed)
         return outcome
