@@ -32,6 +32,7 @@ from kvstress.paged import PagingPolicy as PagingPolicy
 from kvstress.paged import PrefixCache as PrefixCache
 from kvstress.paged import paged_machine as paged_machine
 from kvstress.pool import AsyncBlockPool as AsyncBlockPool
+from kvstress.pool import AsyncTieredBlockPool as AsyncTieredBlockPool
 from kvstress.pool import Block as Block
 from kvstress.pool import BlockInfo as BlockInfo
 from kvstress.pool import BlockState as BlockState

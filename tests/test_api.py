@@ -13,6 +13,7 @@ import kvstress
 PUBLIC = {
     "INVARIANTS",
     "AsyncBlockPool",
+    "AsyncTieredBlockPool",
     "Block",
     "BlockInfo",
     "BlockRecord",

@@ -7,4 +7,5 @@ from kvstress.pool._leaks import LeakDetection as LeakDetection
 from kvstress.pool._leaks import LeakSuspect as LeakSuspect
 from kvstress.pool._state import BlockState as BlockState
 from kvstress.pool._threaded import ThreadedBlockPool as ThreadedBlockPool
+from kvstress.pool._tiered import AsyncTieredBlockPool as AsyncTieredBlockPool
 from kvstress.pool._tiered import TieredBlockPool as TieredBlockPool

@@ -104,10 +104,8 @@ class AsyncBlockPool(PoolBase):
         if self._waiters:
             self._waiters.popleft().set()
 
-    def _handed_out(self, block_id: int, now: float) -> Block:
-        if self._core.leaks.threshold is not None:
-            self._core.leaks.scan(now)
-        return self._handle(block_id)
+    def _notify_one(self) -> None:
+        self._wake_one()
 
     async def release(self, block: Block) -> bool:
         """Drop one reference; the last one resets the block and returns it to the queue.
@@ -124,6 +122,7 @@ class AsyncBlockPool(PoolBase):
         if step is _LAST:
             self._storage.reset(block_id)  # strictly before the offer below
             self._core.finish_release(block_id)
+            self._offered((block_id,))
             self._wake_one()
             return True
         if step is _DOUBLE:
@@ -149,6 +148,8 @@ class AsyncBlockPool(PoolBase):
         self._storage.reset_many(last)  # strictly before the offers below
         for block_id in last:
             self._core.finish_release(block_id)
+        self._offered(last)
+        for _ in last:
             self._wake_one()
         return [step is _LAST for step in steps]
 

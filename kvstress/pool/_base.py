@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -161,6 +162,21 @@ class PoolBase:
 
     def _now(self) -> float:
         raise NotImplementedError
+
+    def _offered(self, block_ids: Sequence[int]) -> None:
+        """Called once released blocks are reset and back in the queue (with the lock held, or
+        on the loop): a subclass's bookkeeping (a tiered pool settles their segments here)."""
+
+    def _notify_one(self) -> None:
+        """Wake one waiting acquirer, if any (with the lock held, or on the loop)."""
+        raise NotImplementedError
+
+    def _handed_out(self, block_id: int, now: float) -> Block:
+        """The handle for a block the core just handed out (leak suspects are checked on every
+        acquire); a subclass may first make the block's memory exist (a tiered pool)."""
+        if self._core.leaks.threshold is not None:
+            self._core.leaks.scan(now)
+        return self._handle(block_id)
 
     def _handle(self, block_id: int) -> Block:
         storage = self._storage

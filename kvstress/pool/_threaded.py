@@ -77,11 +77,6 @@ class ThreadedBlockPool(PoolBase):
                 core.waits.add(now - start)
                 return self._handed_out(block_id, now)
 
-    def _handed_out(self, block_id: int, now: float) -> Block:
-        if self._core.leaks.threshold is not None:
-            self._core.leaks.scan(now)
-        return self._handle(block_id)
-
     def release(self, block: Block) -> bool:
         """Drop one reference; the last one resets the block and returns it to the queue.
 
@@ -139,9 +134,8 @@ class ThreadedBlockPool(PoolBase):
                     self._not_empty.notify(len(last))
         return [step is _LAST for step in steps]
 
-    def _offered(self, block_ids: Sequence[int]) -> None:
-        """Called with the lock held, once released blocks are back in the queue (a subclass's
-        bookkeeping: a tiered pool settles their segments here)."""
+    def _notify_one(self) -> None:
+        self._not_empty.notify()
 
     @contextmanager
     def block(self, timeout: float | None = None) -> Iterator[Block]:

@@ -1,4 +1,4 @@
-"""The tiered block pool: a core allocated at start (P50), an elastic tier that grows to a hard cap (P99).
+"""The tiered block pools: a core allocated at start (P50), an elastic tier that grows to a hard cap (P99).
 
 The protocol sees ``num_blocks`` ids from the start; the tiers are about memory. The core's
 blocks are allocated when the pool is built. Elastic blocks are allocated a segment
@@ -24,6 +24,8 @@ from kvstress._checks import (
     non_negative_number,
     positive_int,
 )
+from kvstress.pool._async import AsyncBlockPool
+from kvstress.pool._base import PoolBase
 from kvstress.pool._block import Block
 from kvstress.pool._leaks import LeakDetection, LeakTracker
 from kvstress.pool._threaded import ThreadedBlockPool
@@ -33,21 +35,10 @@ from kvstress.pool._tiered_storage import SegmentedStorage
 DEFAULT_IDLE_SHRINK_S = 1.0
 
 
-class TieredBlockPool(ThreadedBlockPool):
-    """A KV-cache block pool for threads whose memory follows the load. Implements the protocol.
-
-    ``num_blocks`` is the hard maximum (size it for P99 concurrency); ``core_blocks`` (default
-    half, at least 1) are allocated at start (P50). ``grow_blocks`` (default: a quarter of the
-    elastic tier, at least 1) is the elastic segment size, ``idle_shrink_s`` (>= 0) how long a
-    whole segment must sit free before its memory is given back. Acquire, release, waiting,
-    refcounts, tenancies, leak detection and metrics are the threaded pool's; the free queue
-    hands out core blocks first (FIFO), then the lowest free elastic block, so the elastic tier
-    grows only when the core is exhausted. An elastic block is fresh zeros when its segment is
-    allocated and is reset on release like any other, strictly before it is offered.
-
-    An acquire that cannot allocate a new segment (out of memory) puts the block back and
-    raises what torch raised. ``storage`` is the core tier ``[core_blocks, *block_shape]``.
-    """
+class _Tiers(PoolBase):
+    """The tiers, for either flavour: construction, where a block's memory comes from and goes
+    back to, and the metrics. The flavour (threads or async) adds acquire, release and waiting;
+    the hooks here run with its lock held (threads) or on its loop (async)."""
 
     _storage: SegmentedStorage
     _core: TieredCore
@@ -90,8 +81,8 @@ class TieredBlockPool(ThreadedBlockPool):
         return TieredCore(self.num_blocks, self.core_blocks, tracker)
 
     def _handed_out(self, block_id: int, now: float) -> Block:
-        # Called with the lock held, right after the core handed the block out: its memory must
-        # exist before the holder sees the handle.
+        # Right after the core handed the block out: its memory must exist before the holder
+        # sees the handle.
         storage = self._storage
         try:
             storage.lend(block_id)
@@ -106,19 +97,19 @@ class TieredBlockPool(ThreadedBlockPool):
         core = self._core
         core.begin_release(block_id, core.generation(block_id), now)
         core.finish_release(block_id)
-        self._not_empty.notify()
+        self._notify_one()
 
     def _offered(self, block_ids: Sequence[int]) -> None:
-        # Called with the lock held, after the blocks were reset and queued. Until now each was
-        # still counted as lent in its segment, so no segment could be given back under a reset.
+        # After the blocks were reset and queued. Until now each was still counted as lent in
+        # its segment, so no segment could be given back under a reset.
         now = self._now()
         for block_id in block_ids:
             self._storage.give_back(block_id, now)
         self._storage.shrink_idle(now, self.idle_shrink_s)
 
     def metrics(self) -> dict[str, float | int]:
-        """The threaded pool's metrics, plus the tiers: core size, elastic blocks now and at
-        peak, segments grown and shrunk, and the bytes of block memory allocated now."""
+        """The pool's metrics, plus the tiers: core size, elastic blocks now and at peak,
+        segments grown and shrunk, and the bytes of block memory allocated now."""
         out = super().metrics()
         storage = self._storage
         with self._lock:
@@ -136,6 +127,30 @@ class TieredBlockPool(ThreadedBlockPool):
     def storage(self) -> torch.Tensor:
         """The core tier's memory, ``[core_blocks, *block_shape]`` (elastic segments come and go)."""
         return self._storage.tensor
+
+
+class TieredBlockPool(_Tiers, ThreadedBlockPool):
+    """A KV-cache block pool for threads whose memory follows the load. Implements the protocol.
+
+    ``num_blocks`` is the hard maximum (size it for P99 concurrency); ``core_blocks`` (default
+    half, at least 1) are allocated at start (P50). ``grow_blocks`` (default: a quarter of the
+    elastic tier, at least 1) is the elastic segment size, ``idle_shrink_s`` (>= 0) how long a
+    whole segment must sit free before its memory is given back. Acquire, release, waiting,
+    refcounts, tenancies, leak detection and metrics are the threaded pool's; the free queue
+    hands out core blocks first (FIFO), then the lowest free elastic block, so the elastic tier
+    grows only when the core is exhausted. An elastic block is fresh zeros when its segment is
+    allocated and is reset on release like any other, strictly before it is offered.
+
+    An acquire that cannot allocate a new segment (out of memory) puts the block back and
+    raises what torch raised. ``storage`` is the core tier ``[core_blocks, *block_shape]``.
+    """
+
+
+class AsyncTieredBlockPool(_Tiers, AsyncBlockPool):
+    """``TieredBlockPool`` for async tasks (asyncio or trio, through anyio): the same tiers and
+    arguments, with the async pool's acquire, release, waiting, cancellation and clock (so a
+    virtual clock drives the shrink). Implements the protocol (async flavour).
+    """
 
 
 def _core_blocks(core_blocks: object, num_blocks: int) -> int:
