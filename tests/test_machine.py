@@ -7,8 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
+from machine_settings import ci, hunt
 from pools import broken
 from pools._simple import SimpleAsyncPool, SimpleThreadedPool
 
@@ -19,16 +20,8 @@ from kvstress.harness import PoolDriver
 from kvstress.mutants import AsyncShieldedReleaseYieldPool, AsyncShieldedYieldPool
 
 # derandomize: the same examples every run, so CI is deterministic and failures replay.
-CI = settings(
-    max_examples=200,
-    stateful_step_count=30,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
-# Hunting planted bugs: the test checks the id, so skip shrinking (a hang costs its bound per replay).
-HUNT = settings(CI, max_examples=300, report_multiple_bugs=False, phases=[Phase.generate])
+CI = ci(200)
+HUNT = hunt(CI, 300)
 QUICK_HANGS = TimingPolicy(hang_bound=1.0)
 
 CORRECT = [

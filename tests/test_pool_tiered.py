@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import tiered_mutants
 import torch
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+from machine_settings import ci, hunt
 from tiered_mutants import BROKEN_TIERED, ChurningTieredPool, TickingTieredPool
 
 import kvstress
@@ -23,15 +23,8 @@ from kvstress.pool._tiered_storage import SegmentedStorage
 from kvstress.scenarios import ScenarioConfig, search
 from kvstress.schedulers import PCTScheduler, RandomScheduler
 
-CI = settings(
-    max_examples=40,
-    stateful_step_count=30,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
-HUNT = settings(CI, max_examples=100, report_multiple_bugs=False, phases=[Phase.generate])
+CI = ci(40)
+HUNT = hunt(CI, 100)
 
 
 class Clocked(TieredBlockPool):

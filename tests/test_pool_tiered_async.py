@@ -9,8 +9,8 @@ import pytest
 import torch
 import trio
 import trio.testing
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+from machine_settings import ci, hunt
 from tiered_mutants import _IdleOnAnyReturnStorage, _swap_storage
 
 import kvstress
@@ -21,15 +21,8 @@ from kvstress.pool._tiered_storage import SegmentedStorage
 from kvstress.scenarios import ScenarioConfig, search
 from kvstress.schedulers import PCTScheduler, RandomScheduler
 
-CI = settings(
-    max_examples=40,
-    stateful_step_count=30,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
-HUNT = settings(CI, max_examples=100, report_multiple_bugs=False, phases=[Phase.generate])
+CI = ci(40)
+HUNT = hunt(CI, 100)
 
 
 class AsyncChurningTieredPool(AsyncTieredBlockPool):
