@@ -58,7 +58,9 @@ def test_a_finding_from_the_slice_ctrl_c_cut_short_is_dropped(
     """A slice that Ctrl-C interrupted may report what the interruption did (a wait cut short, a
     ledger half settled): no report is written from it and the run is interrupted."""
 
-    def interrupted_slice(strategy: str, target: object, seed: int, budget: float) -> SliceResult:
+    def interrupted_slice(
+        strategy: str, target: object, seed: int, budget: float, shrink_s: float | None = None
+    ) -> SliceResult:
         with contextlib.suppress(KeyboardInterrupt):  # as a gc callback or a pool's except would
             signal.raise_signal(signal.SIGINT)
         violation = InvariantViolation("refcount", "block 0: refcount 1, the ledger says 2")
@@ -76,7 +78,9 @@ def test_raise_interrupt_turns_the_clean_stop_into_keyboard_interrupt(
     """With raise_interrupt, the run still stops cleanly and drops the slice's finding, and then
     raises KeyboardInterrupt, as a test or a score needs; its handler is put back first."""
 
-    def interrupted_slice(strategy: str, target: object, seed: int, budget: float) -> SliceResult:
+    def interrupted_slice(
+        strategy: str, target: object, seed: int, budget: float, shrink_s: float | None = None
+    ) -> SliceResult:
         with contextlib.suppress(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
         return SliceResult(1, 3, None)
@@ -92,7 +96,9 @@ def test_raise_interrupt_turns_the_clean_stop_into_keyboard_interrupt(
 def test_without_ctrl_c_a_finding_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same slice without the signal: its finding is written (the drop above is Ctrl-C's)."""
 
-    def finding_slice(strategy: str, target: object, seed: int, budget: float) -> SliceResult:
+    def finding_slice(
+        strategy: str, target: object, seed: int, budget: float, shrink_s: float | None = None
+    ) -> SliceResult:
         violation = InvariantViolation("refcount", "block 0: refcount 1, the ledger says 2")
         return SliceResult(1, 3, Finding(violation, strategy, seed, 0.01, "machine"))
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-from kvstress.fuzz import load_target
-from kvstress.fuzz._slices import MACHINE_HANG_BOUND, run_slice
+import pytest
+
+from kvstress import InvariantViolation
+from kvstress.fuzz import _slices as slices_module
+from kvstress.fuzz import fuzz, load_target
+from kvstress.fuzz._slices import MACHINE_HANG_BOUND, MACHINE_SHRINK_CAP_S, run_slice
 
 
 def test_the_machine_s_time_to_detect_excludes_shrinking() -> None:
@@ -17,3 +22,22 @@ def test_the_machine_s_time_to_detect_excludes_shrinking() -> None:
     wall = time.monotonic() - start
     assert result.finding is not None and result.finding.violation.invariant == "hang"
     assert wall - result.finding.elapsed_s >= MACHINE_HANG_BOUND  # at least the final replay
+
+
+@pytest.mark.parametrize(("budget", "expected"), [(5.0, 5.0), (100.0, MACHINE_SHRINK_CAP_S)])
+def test_a_fuzz_run_gives_the_machine_what_is_left_of_its_budget_to_shrink(
+    budget: float, expected: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fuzz run stops at its first finding, so the machine may shrink it with what is left of
+    the whole budget (up to the cap), not of its one-second slice."""
+    granted: list[float] = []
+
+    def finding_at_once(target: object, seed: int, shrink_s: float, **options: object) -> InvariantViolation:
+        granted.append(shrink_s)
+        return InvariantViolation("double-release", "planted")
+
+    monkeypatch.setattr(slices_module, "run_machine", finding_at_once)
+    target = load_target("kvstress:ThreadedBlockPool")
+    outcome = fuzz(target, budget_s=budget, seed=0, mix=("machine",), report_dir=tmp_path)
+    assert outcome.finding is not None and len(granted) == 1
+    assert expected - 1.0 < granted[0] <= expected

@@ -128,7 +128,10 @@ def _loop(
             if on_progress is not None:
                 on_progress(Progress(elapsed, budget_s, executions, operations, strategy))
             seed_i = slice_seed(seed, stream, index)
-            result = run_slice(strategy, target, seed_i, min(SLICE_S, budget_s - elapsed))
+            # The run ends at its first finding, so shrinking it may take what is left of the budget.
+            result = run_slice(
+                strategy, target, seed_i, min(SLICE_S, budget_s - elapsed), shrink_s=budget_s - elapsed
+            )
             executions, operations, index = (
                 executions + result.executions,
                 operations + result.operations,
