@@ -100,14 +100,14 @@ def test_woken_then_cancelled_waiter_passes_the_wakeup_on() -> None:
         await asyncio.sleep(0.01)
         second = asyncio.ensure_future(waiter("second"))
         await asyncio.sleep(0.01)
-        wake_one = pool._wake_one
+        notify = pool._notify
 
-        def wake_then_cancel() -> None:
-            wake_one()  # wakes the first waiter ...
+        def wake_then_cancel(count: int = 1) -> None:
+            notify(count)  # wakes the first waiter ...
             first.cancel()  # ... which is cancelled before it can run
-            pool._wake_one = wake_one  # type: ignore[method-assign]
+            pool._notify = notify  # type: ignore[method-assign]
 
-        pool._wake_one = wake_then_cancel  # type: ignore[method-assign]
+        pool._notify = wake_then_cancel  # type: ignore[method-assign]
         released_at = loop.time()
         await pool.release(held)
         await asyncio.gather(first, second, return_exceptions=True)

@@ -36,6 +36,10 @@ MACHINE_SHRINK_CAP_S = 30.0
 shrink step replays the example on a real loop or real threads, a hang at its full bound."""
 
 
+_Runner = Callable[["FuzzTarget", int, float, "float | None"], "SliceResult"]
+"""One strategy's slice: (target, seed, budget_s, shrink_s) -> what it ran and found."""
+
+
 @dataclass(frozen=True)
 class Finding:
     """A violation and everything a report needs from the slice that found it."""
@@ -92,15 +96,12 @@ def run_slice(
     runner = _RUNNERS.get(strategy)
     if runner is None:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    if strategy == "machine":
-        return _machine(target, seed, budget_s, shrink_s)
-    return runner(target, seed, budget_s)
+    return runner(target, seed, budget_s, shrink_s)
 
 
-def _controlled(
-    make: Callable[[int], Scheduler], name: str
-) -> Callable[[FuzzTarget, int, float], SliceResult]:
-    def run(target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
+def _controlled(make: Callable[[int], Scheduler], name: str) -> _Runner:
+    def run(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
+        # A schedule is shrunk within search's own cap (SHRINK_BUDGET_S), not with shrink_s.
         result = search(scenario_config(target), make(seed), budget_s=budget_s)
         failure = result.failure
         if failure is None:
@@ -123,7 +124,8 @@ def _controlled(
     return run
 
 
-def _stress(target: FuzzTarget, seed: int, budget_s: float) -> SliceResult:
+def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
+    # Free-running failures are not shrunk: shrink_s does not apply.
     # Re-runs that measure the reproduction rate share the slice's budget (at least one second):
     # a hang costs its whole bound per re-run, and the fuzzing budget is the user's.
     result = stress(
@@ -220,7 +222,7 @@ def _quiet(text: object) -> None:
     return None
 
 
-def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None = None) -> SliceResult:
+def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
     start = time.monotonic()
     shrink_total = budget_s if shrink_s is None else shrink_s
     result = SliceResult()
@@ -253,7 +255,7 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
     return result
 
 
-_RUNNERS: dict[str, Callable[[FuzzTarget, int, float], SliceResult]] = {
+_RUNNERS: dict[str, _Runner] = {
     "pct": _controlled(lambda seed: PCTScheduler(depth=3, seed=seed), "pct"),
     "random": _controlled(lambda seed: RandomScheduler(seed=seed), "random"),
     "machine": _machine,

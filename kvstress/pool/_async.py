@@ -86,7 +86,7 @@ class AsyncBlockPool(PoolBase):
             if block_id >= 0:
                 core.waits.add(now - start)
                 if core.free_count > 0:
-                    self._wake_one()
+                    self._notify()
                 return self._handed_out(block_id, now)
             if deadline is not None and now >= deadline:
                 core.timeouts += 1
@@ -98,14 +98,12 @@ class AsyncBlockPool(PoolBase):
         if not waiter.is_set():
             self._waiters.remove(waiter)
         elif pass_on and self._core.free_count > 0:
-            self._wake_one()
+            self._notify()
 
-    def _wake_one(self) -> None:
-        if self._waiters:
-            self._waiters.popleft().set()
-
-    def _notify_one(self) -> None:
-        self._wake_one()
+    def _notify(self, count: int = 1) -> None:
+        waiters = self._waiters
+        for _ in range(min(count, len(waiters))):
+            waiters.popleft().set()
 
     async def release(self, block: Block) -> bool:
         """Drop one reference; the last one resets the block and returns it to the queue.
@@ -123,7 +121,7 @@ class AsyncBlockPool(PoolBase):
             self._storage.reset(block_id)  # strictly before the offer below
             self._core.finish_release(block_id)
             self._offered((block_id,))
-            self._wake_one()
+            self._notify()
             return True
         if step is _DOUBLE:
             self._log_double_release(block_id)
@@ -149,8 +147,7 @@ class AsyncBlockPool(PoolBase):
         for block_id in last:
             self._core.finish_release(block_id)
         self._offered(last)
-        for _ in last:
-            self._wake_one()
+        self._notify(len(last))
         return [step is _LAST for step in steps]
 
     @asynccontextmanager

@@ -167,8 +167,8 @@ class PoolBase:
         """Called once released blocks are reset and back in the queue (with the lock held, or
         on the loop): a subclass's bookkeeping (a tiered pool settles their segments here)."""
 
-    def _notify_one(self) -> None:
-        """Wake one waiting acquirer, if any (with the lock held, or on the loop)."""
+    def _notify(self, count: int = 1) -> None:
+        """Wake up to ``count`` waiting acquirers, if any wait (with the lock held, or on the loop)."""
         raise NotImplementedError
 
     def _handed_out(self, block_id: int, now: float) -> Block:

@@ -105,8 +105,7 @@ class ThreadedBlockPool(PoolBase):
         # Called with the lock held, once the block is reset.
         self._core.finish_release(block_id)
         self._offered((block_id,))
-        if self._waiting:
-            self._not_empty.notify()
+        self._notify()
 
     def release_many(self, blocks: Sequence[Block]) -> list[bool]:
         """``release`` each block (a sequence's whole table, say), with one reset for all the
@@ -130,12 +129,12 @@ class ThreadedBlockPool(PoolBase):
                 for block_id in last:
                     self._core.finish_release(block_id)
                 self._offered(last)
-                if self._waiting:
-                    self._not_empty.notify(len(last))
+                self._notify(len(last))
         return [step is _LAST for step in steps]
 
-    def _notify_one(self) -> None:
-        self._not_empty.notify()
+    def _notify(self, count: int = 1) -> None:
+        if self._waiting:  # no thread parked: nothing to wake, and Condition.notify is not free
+            self._not_empty.notify(count)
 
     @contextmanager
     def block(self, timeout: float | None = None) -> Iterator[Block]:

@@ -97,7 +97,7 @@ class _Tiers(PoolBase):
         core = self._core
         core.begin_release(block_id, core.generation(block_id), now)
         core.finish_release(block_id)
-        self._notify_one()
+        self._notify()
 
     def _offered(self, block_ids: Sequence[int]) -> None:
         # After the blocks were reset and queued. Until now each was still counted as lent in
