@@ -189,3 +189,24 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, out + err
     assert "Traceback" not in err
+
+
+def test_a_folder_named_kvstress_in_the_current_directory_does_not_shadow_the_package(tmp_path: Path) -> None:
+    """A clone of kvstress beside the user's pool (its reports/ looks like kvstress.reports)
+    is not imported in place of the installed package, by the command or by its workers, and
+    the user's own pool module there still imports."""
+    (tmp_path / "kvstress" / "reports").mkdir(parents=True)
+    (tmp_path / "mypools.py").write_text("from kvstress import ThreadedBlockPool as MyPool\n")
+    script = Path(sys.executable).with_name("kvstress")
+    for workers in ("1", "2"):
+        done = subprocess.run(
+            [str(script), "fuzz", "--pool", "mypools:MyPool", "--budget", "2", "--workers", workers],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "ImportError" not in done.stderr
+        executions = int(done.stdout.split("no violation found: ")[1].split()[0])
+        assert executions > 0, done.stdout

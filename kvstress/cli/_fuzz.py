@@ -18,6 +18,7 @@ from typing import Any
 from kvstress.cli._logging import configure
 from kvstress.cli._parser import Parser, UsageError
 from kvstress.fuzz import FuzzOutcome, Progress, TargetError, fuzz, load_target, parse_mix
+from kvstress.fuzz._target import cwd_entries
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
@@ -114,8 +115,7 @@ def _many(
         for stream in streams
     ]
     start = time.monotonic()
-    for process in processes:
-        process.start()
+    _start_clear_of_cwd(processes)
     found: FuzzOutcome | None = None
     executions = operations = 0
     try:
@@ -134,6 +134,24 @@ def _many(
     if found is not None:
         return FuzzOutcome(executions, operations, time.monotonic() - start, report=found.report)
     return FuzzOutcome(executions, operations, time.monotonic() - start)
+
+
+def _start_clear_of_cwd(processes: list[Any]) -> None:
+    """Start ``processes`` with the parent's ``sys.path`` less the current directory.
+
+    A spawned child imports kvstress before anything else; with the current directory on its
+    path, a folder there named ``kvstress`` (a clone) would be imported as a namespace package
+    instead of the installed one (an editable install's finder comes after the path). Each
+    child appends the directory once kvstress is in (``load_target``), for the user's pool.
+    """
+    removed = cwd_entries()
+    saved = list(sys.path)
+    sys.path[:] = [entry for entry in sys.path if entry not in removed]
+    try:
+        for process in processes:
+            process.start()
+    finally:
+        sys.path[:] = saved
 
 
 def _next_result(results: Any, processes: list[Any], bound: float) -> tuple[str | None, int, int] | None:

@@ -15,16 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import hypothesis.core
-import hypothesis.internal.conjecture.engine as engine
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis.reporting import with_reporter
+from hypothesis import seed as seed_machine
+from hypothesis.database import ExampleDatabase, InMemoryExampleDatabase
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
 from kvstress.fuzz._target import FuzzTarget
-from kvstress.machines import pool_machine
+from kvstress.machines import PoolMachine, pool_machine
 from kvstress.scenarios import ScenarioConfig, search, stress
 from kvstress.schedulers import PCTScheduler, RandomScheduler, Scheduler
 
@@ -148,18 +147,66 @@ def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | No
     return SliceResult(result.executions, result.operations, finding)
 
 
-def machine_settings() -> settings:
-    """Hypothesis settings for a fuzzing slice: seeded from outside, no database, no deadline."""
+def machine_settings(database: ExampleDatabase | None = None, phases: tuple[Phase, ...] = ()) -> settings:
+    """Hypothesis settings for a fuzzing slice: seeded from outside, quiet, no deadline.
+
+    ``database`` keeps the best failing example found so far, so that a shrink cut short by its
+    budget still leaves a program to report; ``phases`` defaults to generate and shrink.
+    """
     return settings(
         max_examples=MACHINE_EXAMPLES,
         stateful_step_count=30,
         deadline=None,
         derandomize=False,
-        database=None,
+        database=database,
         suppress_health_check=list(HealthCheck),
         report_multiple_bugs=False,
-        phases=[Phase.generate, Phase.shrink],
+        phases=list(phases or (Phase.generate, Phase.shrink)),
     )
+
+
+class _ShrinkBudgetSpent(KeyboardInterrupt):
+    """Raised by the machine once shrinking has had its time, and caught by ``run_machine``.
+
+    Hypothesis ends a run on ``KeyboardInterrupt`` at once, recording nothing about the example
+    it interrupts; any other exception would be taken for a failure (and shrunk too) or for
+    flaky data generation. What was shrunk so far stays in the run's example database. A real
+    Ctrl-C is a plain ``KeyboardInterrupt``, not this class, so it still ends the harness.
+    """
+
+
+@dataclass
+class _ShrinkClock:
+    """When the search found its violation, and how long shrinking may take after that."""
+
+    shrink_s: float
+    found_at: float | None = None
+
+    def found(self) -> None:
+        if self.found_at is None:
+            self.found_at = time.monotonic()
+
+    def check(self) -> None:
+        if self.found_at is not None and time.monotonic() - self.found_at > self.shrink_s:
+            raise _ShrinkBudgetSpent
+
+
+def _timed(machine: type[PoolMachine], clock: _ShrinkClock, seed: int) -> type[PoolMachine]:
+    """``machine`` seeded by ``seed`` (Hypothesis' public ``@seed``) and cut off by ``clock``."""
+
+    class Timed(machine):  # type: ignore[valid-type,misc]
+        def __init__(self) -> None:
+            clock.check()  # every example after the first violation is a shrink step
+            super().__init__()
+
+        def _do(self, step: Callable[[], Any]) -> Any:
+            result = super()._do(step)
+            if self.violation is not None:
+                clock.found()
+            return result
+
+    Timed.__name__ = Timed.__qualname__ = machine.__name__  # the program reads "state = XMachine()"
+    return seed_machine(seed)(Timed)
 
 
 def run_machine(
@@ -172,9 +219,11 @@ def run_machine(
     """One seeded Hypothesis run of the state machine; the violation it ends with, if any.
 
     Shrinking is capped at ``shrink_s`` wall seconds (Hypothesis' own cap is 300 s, and every
-    shrink step of a concurrency bug replays real threads), so a slice keeps to its budget.
-    ``search_ended`` gets the monotonic time at which the search stopped and shrinking began:
-    the time to detect, as the controlled strategies count it, excludes shrinking.
+    shrink step of a concurrency bug replays real threads), so a slice keeps to its budget: past
+    the cap the machine stops Hypothesis, and the smallest failing example found so far is
+    replayed from the run's example database to report it. ``search_ended`` gets the monotonic
+    time at which the violation was found: the time to detect, as the controlled strategies
+    count it, excludes shrinking.
     """
     machine = pool_machine(
         target.factory,
@@ -184,24 +233,25 @@ def run_machine(
         timing=TimingPolicy(hang_bound=MACHINE_HANG_BOUND),
         batches=batches,
     )
-    core: Any = hypothesis.core
-    saved, saved_shrink = core.global_force_seed, engine.MAX_SHRINKING_SECONDS
-    core.global_force_seed = seed  # Hypothesis' own hook for a run's seed (--hypothesis-seed)
-    engine.MAX_SHRINKING_SECONDS = max(1, math.ceil(shrink_s))
-    runner: Any = engine.ConjectureRunner
-    saved_phase = runner.shrink_interesting_examples
-
-    def shrink_phase(self: Any) -> None:
-        if search_ended is not None and not search_ended:
-            search_ended.append(time.monotonic())
-        saved_phase(self)
-
-    runner.shrink_interesting_examples = shrink_phase
+    clock = _ShrinkClock(shrink_s)
+    timed = _timed(machine, clock, seed)
+    database = InMemoryExampleDatabase()
     try:
-        # Hypothesis' console reports (among them a warning, worded for its own five-minute
-        # cap, that shrinking stopped) stay quiet; the program comes from the notes.
-        with with_reporter(_quiet):
-            run_state_machine_as_test(machine, settings=machine_settings())  # type: ignore[no-untyped-call]
+        try:
+            return _run_as_test(timed, machine_settings(database))
+        except _ShrinkBudgetSpent:
+            # Replay the smallest failure kept so far; it may not recur (a race), and then the
+            # search found nothing that replays.
+            clock.shrink_s = math.inf
+            return _run_as_test(timed, machine_settings(database, (Phase.reuse,)))
+    finally:
+        if search_ended is not None and clock.found_at is not None:
+            search_ended.append(clock.found_at)
+
+
+def _run_as_test(machine: type[PoolMachine], hypothesis_settings: settings) -> InvariantViolation | None:
+    try:
+        run_state_machine_as_test(machine, settings=hypothesis_settings)
     except InvariantViolation as violation:
         return violation
     except BaseExceptionGroup as group:  # a flaky failure: it did not recur on replay
@@ -211,15 +261,21 @@ def run_machine(
         if isinstance(matched, InvariantViolation):
             return matched
         raise
-    finally:
-        core.global_force_seed = saved
-        engine.MAX_SHRINKING_SECONDS = saved_shrink
-        runner.shrink_interesting_examples = saved_phase
     return None
 
 
-def _quiet(text: object) -> None:
-    return None
+def machine_program(violation: BaseException) -> str | None:
+    """The program Hypothesis attached to ``violation``: ``state = ...`` to ``state.teardown()``.
+
+    Hypothesis heads it with a line of its own ("Falsifying example:", or "Failing test case:
+    <state machine>" in later releases) and may follow it with hints; both are dropped.
+    """
+    lines = "\n".join(getattr(violation, "__notes__", [])).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("state = ")), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start, len(lines)) if lines[i] == "state.teardown()"), len(lines) - 1)
+    return "\n".join(lines[start : end + 1])
 
 
 def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
@@ -239,7 +295,6 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
         result.executions += MACHINE_EXAMPLES
         if violation is not None:
             found_at = (ended[0] if ended else time.monotonic()) - start
-            notes = [n for n in getattr(violation, "__notes__", []) if n != "Falsifying example:"]
             result.finding = Finding(
                 violation,
                 "machine",
@@ -248,7 +303,7 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
                 "machine",
                 history=violation.history,
                 blocks=violation.blocks,
-                program="\n".join(notes) or None,
+                program=machine_program(violation),
                 options={"batches": batches},
             )
             return result

@@ -72,10 +72,26 @@ def load_target(
     return FuzzTarget(spec, factory, inspect.iscoroutinefunction(pool.acquire), blocks, shape, backend)
 
 
+def make_cwd_importable() -> None:
+    """Let the user's pool be imported from the current directory, after the installed packages.
+
+    The console script does not put the current directory on ``sys.path``. Appended, not
+    prepended: a folder there named like an installed package (a clone of kvstress itself, say)
+    must not stand in for it as a namespace package.
+    """
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+
+
+def cwd_entries() -> list[str]:
+    """The ``sys.path`` entries that mean the current directory."""
+    cwd = os.getcwd()
+    return [entry for entry in sys.path if entry in ("", ".") or os.path.abspath(entry) == cwd]
+
+
 def _import(spec: str) -> Callable[..., Any]:
     module_name, attribute = spec.split(":", 1)
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # the console script does not put it there
+    make_cwd_importable()
     try:
         module = importlib.import_module(module_name)
     except Exception as error:

@@ -7,6 +7,8 @@ xdist workers take it from ``workerinput``. Everything a test needs is kept in
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from kvstress.pytest_plugin._loop import ControlledLoops
@@ -14,6 +16,21 @@ from kvstress.pytest_plugin._options import MARKER, SETTINGS, add_options, read_
 from kvstress.pytest_plugin._xdist import SeedHandover, inherited_seed, is_worker
 
 LOOP_HOOK = "pytest_asyncio_loop_factories"
+ASYNCIO_LOOP_SCOPE = "asyncio_default_fixture_loop_scope"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep pytest-asyncio's warning about an unset fixture loop scope out of the user's run.
+
+    kvstress's test extra brings pytest-asyncio into projects that never configured it, and
+    pytest-asyncio then warns at every start (once per xdist worker). The behaviour stays
+    pytest-asyncio's own default; a project that sets the option sees nothing change.
+    """
+    if config.pluginmanager.hasplugin("asyncio") and not _ini_is_set(config, ASYNCIO_LOOP_SCOPE):
+        unset = f'The configuration option "{ASYNCIO_LOOP_SCOPE}" is unset'
+        warnings.filterwarnings("ignore", message=unset, category=pytest.PytestDeprecationWarning)
+    _configure(config)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -21,7 +38,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def _ini_is_set(config: pytest.Config, name: str) -> bool:
+    try:
+        return bool(config.getini(name))
+    except ValueError:  # not registered: pytest-asyncio is too old to know it
+        return True
+
+
+def _configure(config: pytest.Config) -> None:
     """Register the marker, settle the session's settings and plug in xdist and the loop."""
     config.addinivalue_line("markers", MARKER)
     settings = read_settings(config, inherited_seed(config))
