@@ -295,3 +295,19 @@ def test_seed_for_is_stable_and_per_test() -> None:
     assert seed_for(1, "t.py::a") == seed_for(1, "t.py::a")
     assert len({seed_for(1, "t.py::a"), seed_for(1, "t.py::b"), seed_for(2, "t.py::a")}) == 3
     assert 0 <= seed_for(1, "t.py::a") < 2**63
+
+
+def test_a_user_s_run_shows_no_warning_kvstress_brings(pytester: pytest.Pytester) -> None:
+    """A project that never configured pytest-asyncio (kvstress's test extra brought it) sees no
+    warning about its unset loop scope, with or without xdist."""
+    pytester.makepyfile(
+        """
+        def test_nothing():
+            pass
+        """
+    )
+    for args in ((), ("-n", "2")):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+        result.assert_outcomes(passed=1)
+        output = result.stdout.str() + result.stderr.str()
+        assert "Warning" not in output, output
