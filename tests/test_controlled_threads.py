@@ -609,3 +609,24 @@ def test_thread_polling_with_sleeps_is_bounded_by_virtual_time_not_steps() -> No
     assert run_threads(lambda: poll(3.0), RandomScheduler(seed=1), modules=[__name__], max_steps=50) >= 3.0
     with pytest.raises(TimeLimitExceeded):
         run_threads(lambda: poll(float("inf")), RandomScheduler(seed=1), modules=[__name__], max_time=1.0)
+
+
+def test_a_loaded_machine_stretches_the_stall_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the cores oversubscribed tenfold, a thread without a scheduling point for 0.6 s is
+    not yet stuck under a 0.3 s stall_timeout: load is not a hang; it is reported later."""
+    import kvstress.controlled._baton as baton
+
+    monkeypatch.setattr(baton, "load_factor", lambda: 10.0)
+    gate = _thread.allocate_lock()
+    gate.acquire()
+    releaser = threading.Timer(0.6, gate.release)
+
+    def main() -> None:
+        spawn(gate.acquire, name="slow").join()
+
+    releaser.start()
+    try:
+        run(main, stall_timeout=0.3)  # no StuckThread: released after 0.6 s, within 3 s
+    finally:
+        releaser.cancel()
+        _join_abandoned_threads()

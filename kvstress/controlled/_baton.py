@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection
 from types import FrameType
 from typing import Any, Protocol
 
+from kvstress._load import load_factor
 from kvstress.controlled._errors import (
     SchedulerExhausted,
     SchedulerMisbehaved,
@@ -43,6 +44,7 @@ DEFAULT_THREAD_STEPS = 200_000
 """Scheduling points an execution may pass at one instant of virtual time before ``StepLimitExceeded``."""
 
 DEFAULT_STALL_TIMEOUT = 5.0
+_STALL_TICK = 0.25  # seconds: the most one look of the supervisor counts towards a stall
 """Wall seconds a thread may keep the baton without a scheduling point before ``StuckThread``."""
 
 _ABORT_STEPS = 10_000  # lines an aborted thread may run while unwinding before it is aborted again
@@ -290,13 +292,23 @@ class ThreadController:
             self._done.set()
 
     def _supervise(self) -> None:
-        """Wait for the execution to end; report a thread that keeps the baton without progress."""
-        seen, since = -1, time.monotonic()
+        """Wait for the execution to end; report a thread that keeps the baton without progress.
+
+        The bound is load-aware, so a loaded machine does not turn a slow thread into a false
+        hang: a stall is counted in ticks of at most ``_STALL_TICK`` (a supervisor that the OS
+        did not run for a while counts only one tick for the gap), against ``stall_timeout``
+        times how far the machine's cores are oversubscribed (``load_factor``).
+        """
+        seen, stalled, last = -1, 0.0, time.monotonic()
         while not self._done.wait(0.05):
+            now = time.monotonic()
+            tick, last = min(now - last, _STALL_TICK), now
             progress = self.steps + self.switches
             if progress != seen:
-                seen, since = progress, time.monotonic()
-            elif time.monotonic() - since > self.stall_timeout:
+                seen, stalled = progress, 0.0
+                continue
+            stalled += tick
+            if stalled > self.stall_timeout and stalled > self.stall_timeout * load_factor():
                 self._report_stuck()
                 return
 
