@@ -100,3 +100,27 @@ def test_a_release_that_kept_the_block_frees_nothing() -> None:
         op(2, "a", "release", 0.9, 1.0, result=False, block=0),
     ]
     check_wakeups(history, backoff_bound=0.0, slack=0.01)
+
+
+def test_a_block_handed_to_a_waiter_that_gave_up_is_free_only_from_its_return() -> None:
+    """A FIFO pool hands block 0 to c, queued first; c's timeout races the hand-off and c passes
+    the block on to b as it returns at 1.5: b's wait behind c is no missed wake-up."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "c", "acquire", 0.4, 1.5, "info", None, timeout=1.1),
+        op(2, "b", "acquire", 0.5, 1.5, result=0, timeout=1.5),
+        op(3, "a", "release", 0.9, 1.0, result=True, block=0),
+    ]
+    check_wakeups(history, backoff_bound=0.0, slack=0.01)
+
+
+def test_a_block_passed_on_late_by_a_waiter_that_gave_up_is_a_lost_wakeup() -> None:
+    """c gave up at 1.1; b still slept until 2.0 beside the block: that is a missed wake-up."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "c", "acquire", 0.4, 1.1, "info", None, timeout=0.7),
+        op(2, "b", "acquire", 0.5, 2.0, result=0, timeout=1.5),
+        op(3, "a", "release", 0.9, 1.0, result=True, block=0),
+    ]
+    with pytest.raises(InvariantViolation, match="lost-wakeup"):
+        check_wakeups(history, backoff_bound=0.0, slack=0.01)

@@ -6,9 +6,10 @@ block after the release began (the pool may offer it before the release returns)
 acquire whose effect is unknown (cancelled, raised, pending). For the waiter itself, its own
 take counts at its return: once it holds the block it has no reason to wait on. An acquire
 that was waiting through such a stretch for longer than the pool's backoff bound plus the
-slack (and returned later still) missed a wake-up. Nothing is assumed about fairness: a block
-another waiter took is not free, and a waiter that timed out just as the block was freed is
-within the bound.
+slack (and returned later still) missed a wake-up. Fair pools are allowed for (README, "Fairness
+and hand-off"): a block another waiter took is not free, and a block released while other
+acquires were waiting may have been handed to one of them that then gave up (timed out or was
+cancelled as the hand-off reached it), so it counts as free only from that one's return on.
 """
 
 from __future__ import annotations
@@ -30,13 +31,20 @@ def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: flo
         if freed is None:
             continue
         takers = [op for op in acquires if _may_take(op, block, release.start)]
+        # Each acquire that gave up while the block was being handed on, with its return.
+        handed = [
+            (op, op.end)
+            for op in acquires
+            if op.end is not None and _gave_up(op) and op.start <= freed <= op.end
+        ]
         for waiter in acquires:
             if waiter.end is None or waiter.outcome not in ("ok", "info") or waiter.result == "cancelled":
                 continue
             # The waiter's own take counts at its return: holding a block, it has no reason
             # to keep waiting.
             taken = min((op.start for op in takers if op is not waiter), default=float("inf"))
-            free_from, free_to = max(freed, waiter.start), min(taken, waiter.end)
+            reserved = max((end for op, end in handed if op is not waiter), default=freed)
+            free_from, free_to = max(freed, waiter.start, reserved), min(taken, waiter.end)
             if free_to - free_from > bound:
                 raise InvariantViolation(
                     "lost-wakeup",
@@ -56,3 +64,12 @@ def _may_take(op: Operation, block: object, since: float) -> bool:
     if op.outcome == "ok":
         return bool(op.result == block)
     return op.outcome in ("pending", "raised") or bool(op.result == "cancelled")
+
+
+def _gave_up(op: Operation) -> bool:
+    """An acquire that returned without a block: timed out (None) or cancelled."""
+    return (
+        op.end is not None
+        and op.outcome in ("ok", "info")
+        and (op.result is None or op.result == "cancelled")
+    )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from kvstress._violation import Operation
@@ -86,6 +86,19 @@ def check_history(
         return LinearizabilityResult("unknown", None, f"undecided within the time limit of {time_limit} s")
 
 
+def fair_excused(history: Sequence[Operation], num_blocks: int) -> frozenset[int]:
+    """The indices of the acquires in ``history`` that answered None while every FREE block may
+    have been reserved for another acquire in flight: a fair pool may answer so (README,
+    "Fairness and hand-off"), so the check does not model them as an empty pool."""
+    model = translate(history, num_blocks)
+    return reserved_nones(model, Coupling(model))
+
+
+def reserved_nones(model: Translation, coupling: Coupling) -> frozenset[int]:
+    """``fair_excused`` on a translated history."""
+    return frozenset(e.index for e in model.empties if coupling.reserved(e))
+
+
 class _Checker:
     """One history under check; everything here is derived from it once, except the deadline."""
 
@@ -93,8 +106,14 @@ class _Checker:
         self.history = history
         self.num_blocks = num_blocks
         self.deadline = deadline
-        self.model: Translation = translate(history, num_blocks)
-        self.coupling = Coupling(self.model)
+        model = translate(history, num_blocks)
+        coupling = Coupling(model)
+        excused = reserved_nones(model, coupling)
+        if excused:
+            model = replace(model, empties=tuple(e for e in model.empties if e.index not in excused))
+            coupling = Coupling(model)
+        self.model: Translation = model
+        self.coupling = coupling
 
     def decide(self, shrink: bool) -> LinearizabilityResult:
         """The verdict; ``shrink`` minimizes a violation's witness (and confirms it)."""

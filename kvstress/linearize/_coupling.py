@@ -51,6 +51,16 @@ class Coupling:
         surely_free = _running(free)
         for w in model.wildcards:
             free[w.lo] -= 1  # from its start on, a wildcard may hold one of the FREE blocks
+        self._surely_free = surely_free
+        # Acquires as calls (from start to return, whatever effect they may have later): the
+        # block each answered (-1: none anyone saw), its index, start and return positions.
+        returns = dict(model.returns)
+        calls = [(b, op) for b, ops in enumerate(model.blocks) for op in ops if op.kind in _TAKES]
+        calls += [(-1, op) for op in (*model.wildcards, *model.empties)]
+        self._calls = [(b, op.index, op.lo, returns.get(op.index, op.hi)) for b, op in calls]
+        self._releases = sorted(
+            op.hi for ops in model.blocks for op in ops if op.kind in (Kind.RELEASE_TRUE, Kind.MAYBE_RELEASE)
+        )
         # Each surely FREE block needs a wildcard to be HELD, and wildcards are scarce: prefer
         # instants with the fewest of them, then with the most surely HELD blocks (the fewest to
         # search for).
@@ -59,6 +69,31 @@ class Coupling:
         room = [int(n <= 0) for n in _running(free)[:size]]
         self._room = room
         self._room_before = [0, *_running(room)]  # _room_before[p]: positions below p with room
+
+    def reserved(self, empty: BlockOp) -> bool:
+        """Some position of the call where the FREE blocks may all be reserved for other acquires
+        in flight, so a fair pool may answer None (README, "Fairness and hand-off"): either
+
+        - every surely FREE block is matched by a spare acquire in flight: one that took no
+          block anyone saw, or whose block is surely HELD by someone else there (it holds a unit
+          of the pool's capacity, as after a semaphore's acquire, before it takes a block); or
+        - a hand-off is in flight: another acquire, begun before a release ended, is still in
+          flight after it, so a FIFO pool may have handed it that block, and a newcomer that
+          finds the queue busy fails.
+        """
+        last = min(empty.hi, len(self._surely_free) - 2)
+        starts = {empty.lo, *(lo for _, index, lo, _ in self._calls if index != empty.index)}
+        for p in sorted(at for at in starts if empty.lo <= at <= last):  # where in-flight sets grow
+            in_flight = [(b, lo) for b, i, lo, end in self._calls if i != empty.index and lo <= p <= end]
+            if not in_flight:
+                continue
+            spare = sum(b < 0 or self.surely_held(b, p) for b, _ in in_flight)
+            if self._surely_free[p] <= spare:
+                return True
+            ended = bisect_right(self._releases, p)  # releases that returned by p
+            if ended and self._releases[ended - 1] >= min(lo for _, lo in in_flight):
+                return True
+        return False
 
     def surely_held(self, block: int, at: int) -> bool:
         """Block ``block`` is HELD at position ``at`` in every linearization."""
@@ -112,6 +147,9 @@ class Coupling:
             at = self.best_instant(self._empty_ops[k], lo, hi)
             moved[k] = choice[k] if at is None else at
         return None if moved == choice else moved
+
+
+_TAKES = (Kind.ACQUIRE, Kind.MAYBE_ACQUIRE)
 
 
 def _held_stretches(ops: Sequence[BlockOp], size: int) -> list[tuple[int, int]]:

@@ -77,6 +77,7 @@ class Translation:
     empties: tuple[BlockOp, ...]  # HELD for every block at one shared position
     bad: tuple[tuple[int, str], ...]  # (index, why): answers no correct pool gives
     positions: int  # every finite position is below this
+    returns: tuple[tuple[int, int], ...] = ()  # (index, position of its return; OPEN: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +115,9 @@ def translate(history: Sequence[Operation], num_blocks: int) -> Translation:
             empties.append(block_op)
         else:
             blocks[mapped.target].append(block_op)
+    returns = tuple((op.index, OPEN if op.end is None else position[op.end]) for op in ops)
     return Translation(
-        tuple(map(tuple, blocks)), tuple(wildcards), tuple(empties), tuple(bad), 2 * len(times)
+        tuple(map(tuple, blocks)), tuple(wildcards), tuple(empties), tuple(bad), 2 * len(times), returns
     )
 
 
