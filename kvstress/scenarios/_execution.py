@@ -130,13 +130,19 @@ class ScenarioOps(Scenarios):
             raise
 
     async def finish(self) -> None:
-        """With every worker done: release what they still hold, then check the pool at rest."""
+        """With every worker done: release what they still hold, check the pool at rest, then
+        take every block once (a try-once each: nothing is in flight, so a None is a lost block,
+        whatever the pool's queue shows) and give them back."""
         self.sequential = True
         for holder, block_id in [(h, b) for b, t in self.ledger.open.items() for h in t.holders]:
             if holder in self.ledger.holders_of(block_id):
                 await self.op_release(holder, block_id)
         try:
             await self.op_check_quiet()
+            taken = [await self.op_acquire("harness", 0) for _ in range(self.num_blocks)]
+            for block_id in taken:
+                if block_id is not None:
+                    await self.op_release("harness", block_id)
         except InvariantViolation:
             self._note_failure("harness")
             raise
