@@ -175,3 +175,12 @@ def test_violation_needs_a_known_id() -> None:
     with pytest.raises(ValueError, match="invariant must be one of"):
         InvariantViolation("nonsense", "x")
     assert isinstance(InvariantViolation("hang", "x"), AssertionError)
+
+
+def test_async_waits_are_judged_by_the_same_cpu_standard_as_threads() -> None:
+    """An async waiter polling every 1 ms (1,000 wake-ups a second, about 1% of a core) is
+    parked, as a thread doing the same is; one polling every 10 us burns a core's worth."""
+    checkers.check_parking(1.0, None, 1_000, POLICY)
+    checkers.check_parking(1.0, 0.01, None, POLICY)
+    with raises("busy-wait"):
+        checkers.check_parking(1.0, None, 100_000, POLICY)

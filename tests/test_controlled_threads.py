@@ -630,3 +630,91 @@ def test_a_loaded_machine_stretches_the_stall_bound(monkeypatch: pytest.MonkeyPa
     finally:
         releaser.cancel()
         _join_abandoned_threads()
+
+
+def housekeeper(rounds: list[float], period: float = 30.0) -> Callable[[], None]:
+    """A background worker as pools start them: wake every ``period`` s, note the time."""
+
+    def work() -> None:
+        stop = _coop.Event()
+        while not stop.wait(period):
+            rounds.append(_coop.monotonic())
+
+    return work
+
+
+def test_a_daemon_waiting_out_its_period_ends_with_the_run_and_is_no_hang() -> None:
+    """A daemon that sleeps 30 s between rounds neither holds the run open nor counts as a wait
+    past a timeout (max_time 8 s): the run ends when its other threads do."""
+    rounds: list[float] = []
+
+    def main() -> str:
+        _coop.Thread(target=housekeeper(rounds), daemon=True).start()
+        _coop.sleep(1.0)
+        return "done"
+
+    assert run(main, max_time=8.0) == "done"
+    assert rounds == []
+    _join_abandoned_threads()
+
+
+def test_a_daemon_is_scheduled_like_any_thread_while_the_run_lasts() -> None:
+    """Virtual time that passes its period (main sleeps 65 s) runs the daemon's rounds."""
+    rounds: list[float] = []
+
+    def main() -> None:
+        _coop.Thread(target=housekeeper(rounds), daemon=True).start()
+        _coop.sleep(65.0)
+
+    run(main)
+    assert rounds == [30.0, 60.0]
+    _join_abandoned_threads()
+
+
+def test_a_daemon_that_fails_fails_the_run() -> None:
+    """A background worker is still code under test: its exception is the run's."""
+
+    def bad() -> None:
+        _coop.sleep(2.0)
+        raise RuntimeError("housekeeping corrupted the pool")
+
+    def main() -> None:
+        _coop.Thread(target=bad, daemon=True).start()
+        _coop.sleep(5.0)
+
+    with pytest.raises(RuntimeError, match="housekeeping corrupted"):
+        run(main)
+    _join_abandoned_threads()
+
+
+def test_threads_blocked_for_good_beside_a_sleeping_daemon_are_a_deadlock() -> None:
+    """Only a daemon waits on time, the others wait on each other: a deadlock, not a jump of
+    virtual time to the daemon's next round."""
+    rounds: list[float] = []
+    lock = _coop.Lock()
+
+    def main() -> None:
+        _coop.Thread(target=housekeeper(rounds), daemon=True).start()
+        lock.acquire()
+        lock.acquire()  # never released
+
+    with pytest.raises(ThreadDeadlock):
+        run(main, max_time=8.0)
+    _join_abandoned_threads()
+
+
+def test_without_max_time_a_deadlock_beside_a_daemon_ends_at_the_horizon() -> None:
+    """With no max_time, time jumps for the daemon alone up to DAEMON_HORIZON, then the blocked
+    threads are a deadlock: the run never spins on the daemon's rounds forever."""
+    rounds: list[float] = []
+    lock = _coop.Lock()
+
+    def main() -> None:
+        _coop.Thread(target=housekeeper(rounds), daemon=True).start()
+        lock.acquire()
+        lock.acquire()
+
+    with pytest.raises(ThreadDeadlock):
+        run(main)
+    assert len(rounds) == 120  # 3600 s of 30 s rounds
+    _join_abandoned_threads()

@@ -536,3 +536,15 @@ def test_one_unit_in_flight_does_not_excuse_two_free_blocks() -> None:
     empty = h.acquire("w2", 3, 4, None, outcome="info")
     result = h.check(3)
     assert result.status == "violation" and empty in result.witness
+
+
+def test_two_acquires_in_flight_for_one_block_leave_one_unit_spare() -> None:
+    """Two acquires take a unit each at their start and, one after the other, block 0: while
+    both are in flight the second's unit covers block 1, so a try-once may fail."""
+    h = History()
+    h.acquire("w1", 0, 11, 0)
+    h.acquire("w2", 0.5, 2.5, 0)
+    h.acquire("w0", 1, 1.5, None, outcome="info")  # blocks 0 and 1 queued, both units held
+    h.release("w2", 7, 7.5, 0, True)
+    h.acquire("w0", 2, 8, 1)
+    assert h.check(2).status == "ok"

@@ -16,6 +16,7 @@ from kvstress.fuzz import FuzzOutcome, fuzz, load_target, parse_mix
 from kvstress.mutants import (
     CORRECT_POOLS,
     MUTANTS,
+    backends_of,
     AsyncConditionPool,
     PollingCasPool,
 )
@@ -65,13 +66,19 @@ def test_each_mutant_is_caught_with_an_id_it_expects(cls: type, tmp_path: Path) 
     assert outcome.report is not None and outcome.report.exists()
 
 
-@pytest.mark.parametrize(
-    ("cls", "backend"),
-    [pytest.param(cls, "asyncio", id=cls.__name__) for cls in CORRECT_POOLS]
-    + [pytest.param(cls, "trio", id=f"{cls.__name__}-trio") for cls in CORRECT_POOLS if is_async(cls)],
-)
+def clean_cases() -> list[object]:
+    """Each correct pool on each backend it runs on (a threaded one once)."""
+    cases = []
+    for cls in CORRECT_POOLS:
+        for backend in backends_of(cls) or ("asyncio",):
+            name = cls.__name__ if backend == "asyncio" else f"{cls.__name__}-{backend}"
+            cases.append(pytest.param(cls, backend, id=name))
+    return cases
+
+
+@pytest.mark.parametrize(("cls", "backend"), clean_cases())
 def test_each_correct_pool_is_clean(cls: type, backend: str, tmp_path: Path) -> None:
-    """fuzz finds nothing in a correct pool (an async one on asyncio and on trio)."""
+    """fuzz finds nothing in a correct pool (an async one on each backend it runs on)."""
     outcome = run_fuzz(cls, tmp_path, CLEAN_BUDGET_S, backend)
     assert outcome.finding is None, outcome.finding.violation.details()
     assert outcome.executions > 0

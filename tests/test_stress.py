@@ -26,6 +26,15 @@ def test_a_correct_async_pool_passes_a_few_stress_runs() -> None:
     assert result.failure is None
 
 
+def test_stress_runs_an_async_pool_on_the_backend_asked_for() -> None:
+    """A trio-only pool (trio's own Semaphore) runs clean on trio: stress honours the backend."""
+    from kvstress.mutants import TrioSemaphorePool
+
+    config = ScenarioConfig(TrioSemaphorePool, True, length=4, backend="trio")
+    result = stress(config, seed=1, max_executions=3)
+    assert result.failure is None, result.failure
+
+
 def test_reset_after_offer_is_found_and_its_reproduction_rate_reported() -> None:
     """The planted dirty read shows up under noise, and the report says how often its seed repeats it."""
     config = ScenarioConfig(broken.ResetAfterOfferPool, False)

@@ -44,6 +44,9 @@ DEFAULT_THREAD_STEPS = 200_000
 """Scheduling points an execution may pass at one instant of virtual time before ``StepLimitExceeded``."""
 
 DEFAULT_STALL_TIMEOUT = 5.0
+DAEMON_HORIZON = 3600.0
+"""Virtual seconds (without ``max_time``) that time may jump for daemon threads alone, while the
+other threads stay blocked: past it they are deadlocked."""
 _STALL_TICK = 0.25  # seconds: the most one look of the supervisor counts towards a stall
 """Wall seconds a thread may keep the baton without a scheduling point before ``StuckThread``."""
 
@@ -75,14 +78,15 @@ class ControlledThread:
     """
 
     __slots__ = (
-        "_wake", "aborted", "deadline", "error", "finished", "ident", "name", "result", "target",
-        "tid", "timed_out", "waiting",
+        "_wake", "aborted", "daemon", "deadline", "error", "finished", "ident", "name", "result",
+        "target", "tid", "timed_out", "waiting",
     )  # fmt: skip
 
-    def __init__(self, tid: int, name: str, target: Callable[[], Any]) -> None:
+    def __init__(self, tid: int, name: str, target: Callable[[], Any], daemon: bool = False) -> None:
         self.tid = tid
         self.name = name
         self.target = target
+        self.daemon = daemon  # a background worker the code under test started (see _pick)
         self.ident: int | None = None
         self.waiting: Waitable | None = None
         self.deadline: float | None = None
@@ -194,6 +198,8 @@ class ThreadController:
             return False
         me.waiting, me.deadline, me.timed_out = waitable, deadline, False
         nxt = self._pick(me)
+        if self.aborting:  # the last foreground thread finished: a daemon unwinds
+            raise ThreadAborted
         if nxt is not None and nxt is not me:
             self._handoff(me, nxt)
         return not me.timed_out
@@ -208,12 +214,15 @@ class ThreadController:
         self.yield_point()
         return thread
 
-    def start_thread(self, target: Callable[[], Any], name: str | None = None) -> ControlledThread:
+    def start_thread(
+        self, target: Callable[[], Any], name: str | None = None, daemon: bool = False
+    ) -> ControlledThread:
         """``spawn`` without the scheduling point, for a caller that must record the thread before
-        another thread can run (``Thread.start``). ``name=None`` names it ``t<N>``."""
+        another thread can run (``Thread.start``). ``name=None`` names it ``t<N>``. A ``daemon``
+        is a background worker: the execution ends without it (see ``_pick``)."""
         if self.me() is None:
             raise RuntimeError("spawn() must be called from a controlled thread (inside run_threads)")
-        return self._start(target, name)
+        return self._start(target, name, daemon)
 
     # -- the execution -------------------------------------------------------------------------
 
@@ -246,8 +255,8 @@ class ThreadController:
             raise self.failure
         return first.result
 
-    def _start(self, target: Callable[[], Any], name: str | None) -> ControlledThread:
-        thread = ControlledThread(len(self.threads), name or f"t{len(self.threads)}", target)
+    def _start(self, target: Callable[[], Any], name: str | None, daemon: bool = False) -> ControlledThread:
+        thread = ControlledThread(len(self.threads), name or f"t{len(self.threads)}", target, daemon)
         self.threads.append(thread)
         os_thread = threading.Thread(
             target=self._bootstrap, args=(thread,), name=f"kvstress-t{thread.tid}", daemon=True
@@ -337,7 +346,16 @@ class ThreadController:
     # -- choosing and handing over -------------------------------------------------------------
 
     def _pick(self, me: ControlledThread) -> ControlledThread | None:
-        """The thread to run next after ``me``: a scheduler choice, a time jump, or a deadlock."""
+        """The thread to run next after ``me``: a scheduler choice, a time jump, or a deadlock.
+
+        Daemon threads (background workers the code under test started: housekeeping, a reaper)
+        are scheduled like any other, but the execution ends, as a Python process does, once
+        every other thread has finished: the daemons left are unwound (None is returned).
+        """
+        if all(t.finished for t in self.threads if not t.daemon):
+            if not self.aborting:
+                self.aborting, self._instant_steps = True, 0  # no failure: the run is over
+            return None
         runnable = [t.tid for t in self.threads if t.runnable]
         if not runnable:
             runnable = self._advance_time()
@@ -369,6 +387,11 @@ class ThreadController:
         if not timed:
             return []
         when = min(t.deadline for t in timed if t.deadline is not None)
+        horizon = self._origin + (DAEMON_HORIZON if self.max_time is None else self.max_time)
+        if all(t.daemon for t in timed) and when > horizon:
+            # Only background workers wait on time (a housekeeping period) and past the horizon:
+            # the threads of the run are blocked for good, a deadlock, not a wait past a timeout.
+            return []
         if self.max_time is not None and when > self._origin + self.max_time:
             self._fail_here(
                 TimeLimitExceeded(

@@ -426,7 +426,7 @@ class Thread:
         if controller is None:
             raise RuntimeError("a cooperative Thread can only start inside a controlled run")
         # Recorded before the scheduling point: the thread, or another, may run first and join it.
-        self._thread = controller.start_thread(self.run, self._name)
+        self._thread = controller.start_thread(self.run, self._name, daemon=self.daemon)
         controller.yield_point()
 
     def join(self, timeout: float | None = None) -> None:

@@ -46,9 +46,18 @@ def expected_of(pool: type) -> tuple[str, ...]:
 
 
 def detect(
-    pool: type, *, budget_s: float, seed: int = 0, mix: Sequence[str] = DEFAULT_MIX, backend: str = "asyncio"
+    pool: type,
+    *,
+    budget_s: float,
+    seed: int = 0,
+    mix: Sequence[str] = DEFAULT_MIX,
+    backend: str | None = None,
 ) -> Detection:
-    """Fuzz ``pool`` for up to ``budget_s`` seconds; what was found, if anything, and when."""
+    """Fuzz ``pool`` for up to ``budget_s`` seconds; what was found, if anything, and when.
+
+    ``backend`` defaults to the first the pool declares in ``backends`` (asyncio if none)."""
+    if backend is None:
+        backend = next(iter(getattr(pool, "backends", ())), "asyncio")
     target = load_target(spec_of(pool), backend=backend)
     with tempfile.TemporaryDirectory(prefix="kvstress-mutants-") as reports:
         # On Ctrl-C a score must stop, not count the pool as undetected (or clean) and go on.

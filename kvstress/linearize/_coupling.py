@@ -12,6 +12,7 @@ left is a violation. Otherwise the sweep proposes the instant to try first.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -74,9 +75,9 @@ class Coupling:
         """Some position of the call where the FREE blocks may all be reserved for other acquires
         in flight, so a fair pool may answer None (README, "Fairness and hand-off"): either
 
-        - every surely FREE block is matched by a spare acquire in flight: one that took no
-          block anyone saw, or whose block is surely HELD by someone else there (it holds a unit
-          of the pool's capacity, as after a semaphore's acquire, before it takes a block); or
+        - every surely FREE block is matched by a spare acquire in flight (``_spare``), one that
+          may hold a unit of the pool's capacity without a block yet (as after a semaphore's
+          acquire, before the block is taken from the queue); or
         - a hand-off is in flight: another acquire, begun before a release ended, is still in
           flight after it, so a FIFO pool may have handed it that block, and a newcomer that
           finds the queue busy fails.
@@ -87,13 +88,23 @@ class Coupling:
             in_flight = [(b, lo) for b, i, lo, end in self._calls if i != empty.index and lo <= p <= end]
             if not in_flight:
                 continue
-            spare = sum(b < 0 or self.surely_held(b, p) for b, _ in in_flight)
-            if self._surely_free[p] <= spare:
+            if self._surely_free[p] <= self._spare(p, [b for b, _ in in_flight]):
                 return True
             ended = bisect_right(self._releases, p)  # releases that returned by p
             if ended and self._releases[ended - 1] >= min(lo for _, lo in in_flight):
                 return True
         return False
+
+    def _spare(self, at: int, answered: list[int]) -> int:
+        """How many of the acquires in flight at ``at`` (the blocks they answered, -1: none seen)
+        may be holding a unit of capacity there rather than taking a FREE block: those that took
+        no block anyone saw, all of those answering a block surely HELD there by someone else,
+        and all but one of those answering the same other block (one tenancy comes first)."""
+        counts = Counter(answered)
+        spare = counts.pop(-1, 0)
+        for block, count in counts.items():
+            spare += count if self.surely_held(block, at) else count - 1
+        return spare
 
     def surely_held(self, block: int, at: int) -> bool:
         """Block ``block`` is HELD at position ``at`` in every linearization."""

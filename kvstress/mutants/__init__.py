@@ -1,4 +1,4 @@
-"""The planted-bug corpus: correct pools of three designs, and mutants that each plant one bug.
+"""The planted-bug corpus: correct pools of many designs, and mutants that each plant one bug.
 
 ``CORRECT_POOLS`` must pass any good harness; every class in ``MUTANTS`` must be caught with one
 of the invariant ids in its ``expected``. The pools keep the kvstress pool protocol and import
@@ -12,6 +12,8 @@ from kvstress.mutants._block import Block as Block
 from kvstress.mutants._condvar_pool import CondvarPool as CondvarPool
 from kvstress.mutants._corpus import CORRECT_POOLS as CORRECT_POOLS
 from kvstress.mutants._corpus import MUTANTS as MUTANTS
+from kvstress.mutants._corpus import ORDINARY_POOLS as ORDINARY_POOLS
+from kvstress.mutants._corpus import backends_of as backends_of
 from kvstress.mutants._mutants_async import AsyncHoldTimePool as AsyncHoldTimePool
 from kvstress.mutants._mutants_async import AsyncLockLeakPool as AsyncLockLeakPool
 from kvstress.mutants._mutants_async import AsyncMillisecondsPool as AsyncMillisecondsPool
@@ -42,4 +44,22 @@ from kvstress.mutants._mutants_polling import RetainFreePool as RetainFreePool
 from kvstress.mutants._mutants_polling import UncappedBackoffPool as UncappedBackoffPool
 from kvstress.mutants._mutants_polling import ZeroBackoffPool as ZeroBackoffPool
 from kvstress.mutants._mutants_polling import ZeroMeansForeverPool as ZeroMeansForeverPool
+from kvstress.mutants._ordinary_anyio import AnyioCapacityLimiterPool as AnyioCapacityLimiterPool
+from kvstress.mutants._ordinary_anyio import AnyioConditionPool as AnyioConditionPool
+from kvstress.mutants._ordinary_anyio import AnyioSemaphorePool as AnyioSemaphorePool
+from kvstress.mutants._ordinary_anyio import AnyioStreamPool as AnyioStreamPool
+from kvstress.mutants._ordinary_asyncio import AsyncioConditionPool as AsyncioConditionPool
+from kvstress.mutants._ordinary_asyncio import AsyncioLockEventPool as AsyncioLockEventPool
+from kvstress.mutants._ordinary_asyncio import AsyncioQueuePool as AsyncioQueuePool
+from kvstress.mutants._ordinary_asyncio import AsyncioSemaphorePool as AsyncioSemaphorePool
+from kvstress.mutants._ordinary_background import AsyncPollingPool as AsyncPollingPool
+from kvstress.mutants._ordinary_background import BackgroundTaskPool as BackgroundTaskPool
+from kvstress.mutants._ordinary_background import HousekeepingThreadPool as HousekeepingThreadPool
+from kvstress.mutants._ordinary_threads import ThreadConditionPool as ThreadConditionPool
+from kvstress.mutants._ordinary_threads import ThreadPollingPool as ThreadPollingPool
+from kvstress.mutants._ordinary_threads import ThreadQueuePool as ThreadQueuePool
+from kvstress.mutants._ordinary_threads import ThreadSemaphorePool as ThreadSemaphorePool
+from kvstress.mutants._ordinary_trio import TrioCapacityLimiterPool as TrioCapacityLimiterPool
+from kvstress.mutants._ordinary_trio import TrioChannelPool as TrioChannelPool
+from kvstress.mutants._ordinary_trio import TrioSemaphorePool as TrioSemaphorePool
 from kvstress.mutants._polling_pool import PollingCasPool as PollingCasPool

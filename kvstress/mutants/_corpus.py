@@ -44,9 +44,66 @@ from kvstress.mutants._mutants_polling import (
     ZeroBackoffPool,
     ZeroMeansForeverPool,
 )
+from kvstress.mutants._ordinary_anyio import (
+    AnyioCapacityLimiterPool,
+    AnyioConditionPool,
+    AnyioSemaphorePool,
+    AnyioStreamPool,
+)
+from kvstress.mutants._ordinary_asyncio import (
+    AsyncioConditionPool,
+    AsyncioLockEventPool,
+    AsyncioQueuePool,
+    AsyncioSemaphorePool,
+)
+from kvstress.mutants._ordinary_background import AsyncPollingPool, BackgroundTaskPool, HousekeepingThreadPool
+from kvstress.mutants._ordinary_threads import (
+    ThreadConditionPool,
+    ThreadPollingPool,
+    ThreadQueuePool,
+    ThreadSemaphorePool,
+)
+from kvstress.mutants._ordinary_trio import TrioCapacityLimiterPool, TrioChannelPool, TrioSemaphorePool
 from kvstress.mutants._polling_pool import PollingCasPool
 
-CORRECT_POOLS: tuple[type, ...] = (CondvarPool, PollingCasPool, AsyncConditionPool)
+ORDINARY_POOLS: tuple[type, ...] = (
+    # asyncio
+    AsyncioSemaphorePool,
+    AsyncioQueuePool,
+    AsyncioConditionPool,
+    AsyncioLockEventPool,
+    BackgroundTaskPool,
+    # anyio (asyncio and trio)
+    AnyioSemaphorePool,
+    AnyioCapacityLimiterPool,
+    AnyioConditionPool,
+    AnyioStreamPool,
+    AsyncPollingPool,
+    # trio
+    TrioSemaphorePool,
+    TrioCapacityLimiterPool,
+    TrioChannelPool,
+    # threading and queue
+    ThreadSemaphorePool,
+    ThreadConditionPool,
+    ThreadQueuePool,
+    ThreadPollingPool,
+    HousekeepingThreadPool,
+)
+"""Correct pools written the way developers write them, each on one standard primitive."""
+
+CORRECT_POOLS: tuple[type, ...] = (CondvarPool, PollingCasPool, AsyncConditionPool, *ORDINARY_POOLS)
+
+
+def backends_of(pool: type) -> tuple[str, ...]:
+    """The backends an async corpus pool runs on (``backends``, else asyncio and trio); () for a
+    threaded one."""
+    import inspect
+
+    if not inspect.iscoroutinefunction(getattr(pool, "acquire", None)):
+        return ()
+    return tuple(getattr(pool, "backends", ("asyncio", "trio")))
+
 
 MUTANTS: tuple[type, ...] = (
     # CondvarPool (threads)

@@ -140,9 +140,9 @@ class ScenarioOps(Scenarios):
         try:
             await self.op_check_quiet()
             taken = [await self.op_acquire("harness", 0) for _ in range(self.num_blocks)]
-            for block_id in taken:
-                if block_id is not None:
-                    await self.op_release("harness", block_id)
+            for got in taken:
+                if got is not None:
+                    await self.op_release("harness", got)
         except InvariantViolation:
             self._note_failure("harness")
             raise

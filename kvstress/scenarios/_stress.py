@@ -226,7 +226,7 @@ def _async_on_a_thread(config: ScenarioConfig, record: ExecutionRecord, timing: 
     # this outer bound only catches a loop that cannot run those, so it leaves them room.
     bound = record.scenario.total_timeout + 2 * timing.hang_bound + 1.0
     _on_a_thread(
-        lambda: anyio.run(_async_run, config, record, timing),
+        lambda: anyio.run(_async_run, config, record, timing, backend=config.backend),
         bound,
         "kvstress-stress-loop",
         f"the async run did not end within {bound:g} s: a wait that cancellation cannot end "

@@ -1,0 +1,186 @@
+"""Correct pools written the ordinary way that poll, or that own a background worker.
+
+An async pool that polls with capped exponential backoff, and two pools with housekeeping (as
+HikariCP has): a daemon thread, and an asyncio task, that wake every 30 s to note blocks held
+too long. Their timed waits are the pool's own business, never a hang of the caller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import anyio
+
+from kvstress.mutants._block import Block, seconds
+from kvstress.mutants._ledger import BlockLedger
+
+HOUSEKEEPING_PERIOD_S = 30.0
+LEAK_THRESHOLD_S = 60.0
+
+
+class AsyncPollingPool(BlockLedger):
+    """A deque; a waiter that finds it empty sleeps and looks again, backing off from 50 us to
+    at most 1 ms, until its deadline. It declares that cap as its backoff bound."""
+
+    backoff_bound = 0.001
+    first_park = 50e-6
+    backends = ("asyncio", "trio")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._free: deque[Block] = deque(self._blocks)
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        """A free block, or None after ``timeout`` seconds (0: try once)."""
+        timeout = seconds(timeout)
+        deadline = None if timeout is None else anyio.current_time() + timeout
+        park = self.first_park
+        while not self._free:
+            now = anyio.current_time()
+            if deadline is not None and now >= deadline:
+                return None
+            await anyio.sleep(park if deadline is None else min(park, deadline - now))
+            park = min(park * 2, self.backoff_bound)
+        return self._taken(self._free.popleft())
+
+    async def release(self, block: Block) -> bool:
+        """One reference less; at the last, reset and queue it."""
+        if not self._last_reference(block):
+            return False
+        self._reset(block)
+        self._free.append(block)
+        return True
+
+    def free_count(self) -> int:
+        """Blocks in the deque."""
+        return len(self._free)
+
+    def free_ids(self) -> list[int]:
+        """The deque's ids, head first."""
+        return [block.id for block in self._free]
+
+
+class HousekeepingThreadPool(BlockLedger):
+    """A Condition pool with a daemon housekeeping thread, started with the pool: every 30 s it
+    notes, under the pool's lock, the blocks held longer than a minute (``suspected_leaks``)."""
+
+    threaded = True
+    backoff_bound = 0.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._free: deque[Block] = deque(self._blocks)
+        self._cond = threading.Condition()
+        self._taken_at: dict[int, float] = {}
+        self.suspected_leaks: set[int] = set()
+        self._closed = threading.Event()
+        threading.Thread(target=self._housekeeping, name="pool-housekeeping", daemon=True).start()
+
+    def acquire(self, timeout: float | None = None) -> Block | None:
+        """A free block, or None after ``timeout`` seconds (0: try once)."""
+        timeout = seconds(timeout)
+        with self._cond:
+            if not self._cond.wait_for(lambda: bool(self._free), timeout):
+                return None
+            block = self._free.popleft()
+            self._taken_at[block.id] = time.monotonic()
+            return self._taken(block)
+
+    def release(self, block: Block) -> bool:
+        """One reference less; at the last, reset, queue and notify one waiter."""
+        with self._cond:
+            if not self._last_reference(block):
+                return False
+            self._taken_at.pop(block.id, None)
+            self._reset(block)
+            self._free.append(block)
+            self._cond.notify()
+        return True
+
+    def close(self) -> None:
+        """Stop the housekeeping thread."""
+        self._closed.set()
+
+    def _housekeeping(self) -> None:
+        while not self._closed.wait(HOUSEKEEPING_PERIOD_S):
+            with self._cond:
+                now = time.monotonic()
+                self.suspected_leaks = {i for i, t in self._taken_at.items() if now - t > LEAK_THRESHOLD_S}
+
+    def free_count(self) -> int:
+        """Blocks in the deque."""
+        with self._cond:
+            return len(self._free)
+
+    def free_ids(self) -> list[int]:
+        """The deque's ids, head first."""
+        with self._cond:
+            return [block.id for block in self._free]
+
+
+class BackgroundTaskPool(BlockLedger):
+    """An asyncio Condition pool that starts a housekeeping task on its first acquire: every
+    30 s it notes the blocks held longer than a minute (``suspected_leaks``)."""
+
+    backoff_bound = 0.0
+    backends = ("asyncio",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._free: deque[Block] = deque(self._blocks)
+        self._cond = asyncio.Condition()
+        self._taken_at: dict[int, float] = {}
+        self.suspected_leaks: set[int] = set()
+        self._housekeeper: asyncio.Task[None] | None = None
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        """A free block, or None after ``timeout`` seconds (0: try once)."""
+        timeout = seconds(timeout)
+        if self._housekeeper is None:
+            self._housekeeper = asyncio.get_running_loop().create_task(self._housekeeping())
+        async with self._cond:
+            if not self._free:
+                if timeout == 0:
+                    return None
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self._cond.wait_for(lambda: bool(self._free))
+                except TimeoutError:
+                    return None
+                except asyncio.CancelledError:
+                    if self._free:
+                        self._cond.notify()
+                    raise
+            block = self._free.popleft()
+            self._taken_at[block.id] = asyncio.get_running_loop().time()
+            return self._taken(block)
+
+    async def release(self, block: Block) -> bool:
+        """One reference less; at the last, reset, queue and notify one waiter."""
+        async with self._cond:
+            if not self._last_reference(block):
+                return False
+            self._taken_at.pop(block.id, None)
+            self._reset(block)
+            self._free.append(block)
+            self._cond.notify()
+        return True
+
+    async def _housekeeping(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_PERIOD_S)
+            now = loop.time()
+            self.suspected_leaks = {i for i, t in self._taken_at.items() if now - t > LEAK_THRESHOLD_S}
+
+    def free_count(self) -> int:
+        """Blocks in the deque."""
+        return len(self._free)
+
+    def free_ids(self) -> list[int]:
+        """The deque's ids, head first."""
+        return [block.id for block in self._free]
