@@ -59,9 +59,12 @@ class Coupling:
         calls = [(b, op) for b, ops in enumerate(model.blocks) for op in ops if op.kind in _TAKES]
         calls += [(-1, op) for op in (*model.wildcards, *model.empties)]
         self._calls = [(b, op.index, op.lo, returns.get(op.index, op.hi)) for b, op in calls]
-        self._releases = sorted(
-            op.hi for ops in model.blocks for op in ops if op.kind in (Kind.RELEASE_TRUE, Kind.MAYBE_RELEASE)
-        )
+        frees = [
+            op for ops in model.blocks for op in ops if op.kind in (Kind.RELEASE_TRUE, Kind.MAYBE_RELEASE)
+        ]
+        self._releases = sorted(op.hi for op in frees)
+        # Releases as calls: until one returns, the pool may not have given its unit back.
+        self._freeing = [(op.lo, returns.get(op.index, op.hi)) for op in frees]
         # Each surely FREE block needs a wildcard to be HELD, and wildcards are scarce: prefer
         # instants with the fewest of them, then with the most surely HELD blocks (the fewest to
         # search for).
@@ -75,23 +78,26 @@ class Coupling:
         """Some position of the call where the FREE blocks may all be reserved for other acquires
         in flight, so a fair pool may answer None (README, "Fairness and hand-off"): either
 
-        - every surely FREE block is matched by a spare acquire in flight (``_spare``), one that
-          may hold a unit of the pool's capacity without a block yet (as after a semaphore's
-          acquire, before the block is taken from the queue); or
+        - every surely FREE block is matched by a spare unit of capacity in flight: an acquire
+          that may hold one without a block yet (as after a semaphore's acquire, before the
+          block is taken from the queue; ``_spare``), or a release that has not returned, which
+          may not have given its unit back yet though its block is queued; or
         - a hand-off is in flight: another acquire, begun before a release ended, is still in
           flight after it, so a FIFO pool may have handed it that block, and a newcomer that
           finds the queue busy fails.
         """
         last = min(empty.hi, len(self._surely_free) - 2)
         starts = {empty.lo, *(lo for _, index, lo, _ in self._calls if index != empty.index)}
+        starts.update(lo for lo, _ in self._freeing)
         for p in sorted(at for at in starts if empty.lo <= at <= last):  # where in-flight sets grow
             in_flight = [(b, lo) for b, i, lo, end in self._calls if i != empty.index and lo <= p <= end]
-            if not in_flight:
+            freeing = sum(lo <= p <= end for lo, end in self._freeing)
+            if not in_flight and not freeing:
                 continue
-            if self._surely_free[p] <= self._spare(p, [b for b, _ in in_flight]):
+            if self._surely_free[p] <= self._spare(p, [b for b, _ in in_flight]) + freeing:
                 return True
             ended = bisect_right(self._releases, p)  # releases that returned by p
-            if ended and self._releases[ended - 1] >= min(lo for _, lo in in_flight):
+            if in_flight and ended and self._releases[ended - 1] >= min(lo for _, lo in in_flight):
                 return True
         return False
 

@@ -36,6 +36,47 @@ from kvstress.mutants._mutants_condvar import PreferredBlockPool as PreferredBlo
 from kvstress.mutants._mutants_condvar import ResetAfterOfferPool as ResetAfterOfferPool
 from kvstress.mutants._mutants_condvar import RetainLostUpdatePool as RetainLostUpdatePool
 from kvstress.mutants._mutants_condvar import SilentReleasePool as SilentReleasePool
+from kvstress.mutants._mutants_ordinary import (
+    AnyioConditionNotifyWhenEmptyPool as AnyioConditionNotifyWhenEmptyPool,
+)
+from kvstress.mutants._mutants_ordinary import AnyioLimiterPerTaskPool as AnyioLimiterPerTaskPool
+from kvstress.mutants._mutants_ordinary import (
+    AnyioSemaphoreResetAfterOfferPool as AnyioSemaphoreResetAfterOfferPool,
+)
+from kvstress.mutants._mutants_ordinary import (
+    AnyioSemaphoreUnitPerReferencePool as AnyioSemaphoreUnitPerReferencePool,
+)
+from kvstress.mutants._mutants_ordinary import AnyioStreamGiveUpForgetsPool as AnyioStreamGiveUpForgetsPool
+from kvstress.mutants._mutants_ordinary import (
+    AsyncioConditionIfNotWhilePool as AsyncioConditionIfNotWhilePool,
+)
+from kvstress.mutants._mutants_ordinary import (
+    AsyncioLockEventRearmedTimeoutPool as AsyncioLockEventRearmedTimeoutPool,
+)
+from kvstress.mutants._mutants_ordinary import AsyncioQueueAwaitAfterGetPool as AsyncioQueueAwaitAfterGetPool
+from kvstress.mutants._mutants_ordinary import (
+    AsyncioSemaphoreTakeThenYieldPool as AsyncioSemaphoreTakeThenYieldPool,
+)
+from kvstress.mutants._mutants_ordinary import (
+    AsyncioSemaphoreUnusedReleasePool as AsyncioSemaphoreUnusedReleasePool,
+)
+from kvstress.mutants._mutants_ordinary import AsyncPollingUncappedPool as AsyncPollingUncappedPool
+from kvstress.mutants._mutants_ordinary import HousekeepingReaperPool as HousekeepingReaperPool
+from kvstress.mutants._mutants_ordinary import ThreadConditionIfNotWhilePool as ThreadConditionIfNotWhilePool
+from kvstress.mutants._mutants_ordinary import (
+    ThreadPollingUnlockedCheckPool as ThreadPollingUnlockedCheckPool,
+)
+from kvstress.mutants._mutants_ordinary import ThreadQueuePutBeforeResetPool as ThreadQueuePutBeforeResetPool
+from kvstress.mutants._mutants_ordinary import (
+    ThreadSemaphoreUnitBeforeQueuePool as ThreadSemaphoreUnitBeforeQueuePool,
+)
+from kvstress.mutants._mutants_ordinary import (
+    TrioChannelSendBeforeResetPool as TrioChannelSendBeforeResetPool,
+)
+from kvstress.mutants._mutants_ordinary import TrioLimiterForgetsTokenPool as TrioLimiterForgetsTokenPool
+from kvstress.mutants._mutants_ordinary import (
+    TrioSemaphoreCheckpointAfterUnitPool as TrioSemaphoreCheckpointAfterUnitPool,
+)
 from kvstress.mutants._mutants_polling import ClampedReleasePool as ClampedReleasePool
 from kvstress.mutants._mutants_polling import CounterRacePool as CounterRacePool
 from kvstress.mutants._mutants_polling import LateZeroTestPool as LateZeroTestPool

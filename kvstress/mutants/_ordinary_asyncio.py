@@ -128,6 +128,12 @@ class AsyncioConditionPool(BlockLedger):
     async def acquire(self, timeout: float | None = None) -> Block | None:
         """A free block, or None after ``timeout`` seconds (0: try once)."""
         timeout = seconds(timeout)
+        try:
+            return await self._acquire(timeout)
+        except TimeoutError:
+            return None
+
+    async def _acquire(self, timeout: float | None) -> Block | None:
         async with self._cond:
             if not self._free:
                 if timeout == 0:
@@ -135,9 +141,9 @@ class AsyncioConditionPool(BlockLedger):
                 try:
                     async with asyncio.timeout(timeout):
                         await self._cond.wait_for(lambda: bool(self._free))
-                except TimeoutError:
-                    return None
-                except asyncio.CancelledError:
+                except (TimeoutError, asyncio.CancelledError):
+                    # Before Python 3.13 a notified waiter that is cancelled (its timeout too)
+                    # drops the notify: pass it on, or a waiter sleeps beside a free block.
                     if self._free:
                         self._cond.notify()
                     raise

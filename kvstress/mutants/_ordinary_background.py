@@ -17,6 +17,8 @@ import anyio
 
 from kvstress.mutants._block import Block, seconds
 from kvstress.mutants._ledger import BlockLedger
+from kvstress.mutants._ordinary_asyncio import AsyncioConditionPool
+from kvstress.mutants._ordinary_threads import ThreadConditionPool
 
 HOUSEKEEPING_PERIOD_S = 30.0
 LEAK_THRESHOLD_S = 60.0
@@ -64,42 +66,26 @@ class AsyncPollingPool(BlockLedger):
         return [block.id for block in self._free]
 
 
-class HousekeepingThreadPool(BlockLedger):
+class HousekeepingThreadPool(ThreadConditionPool):
     """A Condition pool with a daemon housekeeping thread, started with the pool: every 30 s it
     notes, under the pool's lock, the blocks held longer than a minute (``suspected_leaks``)."""
 
-    threaded = True
-    backoff_bound = 0.0
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
-        self._cond = threading.Condition()
         self._taken_at: dict[int, float] = {}
         self.suspected_leaks: set[int] = set()
         self._closed = threading.Event()
         threading.Thread(target=self._housekeeping, name="pool-housekeeping", daemon=True).start()
 
-    def acquire(self, timeout: float | None = None) -> Block | None:
-        """A free block, or None after ``timeout`` seconds (0: try once)."""
-        timeout = seconds(timeout)
-        with self._cond:
-            if not self._cond.wait_for(lambda: bool(self._free), timeout):
-                return None
-            block = self._free.popleft()
-            self._taken_at[block.id] = time.monotonic()
-            return self._taken(block)
+    def _taken(self, block: Block) -> Block:
+        self._taken_at[block.id] = time.monotonic()  # under the condition's lock
+        return super()._taken(block)
 
-    def release(self, block: Block) -> bool:
-        """One reference less; at the last, reset, queue and notify one waiter."""
-        with self._cond:
-            if not self._last_reference(block):
-                return False
+    def _last_reference(self, block: Block) -> bool:
+        last = super()._last_reference(block)
+        if last:
             self._taken_at.pop(block.id, None)
-            self._reset(block)
-            self._free.append(block)
-            self._cond.notify()
-        return True
+        return last
 
     def close(self) -> None:
         """Stop the housekeeping thread."""
@@ -111,64 +97,32 @@ class HousekeepingThreadPool(BlockLedger):
                 now = time.monotonic()
                 self.suspected_leaks = {i for i, t in self._taken_at.items() if now - t > LEAK_THRESHOLD_S}
 
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        with self._cond:
-            return len(self._free)
 
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        with self._cond:
-            return [block.id for block in self._free]
-
-
-class BackgroundTaskPool(BlockLedger):
+class BackgroundTaskPool(AsyncioConditionPool):
     """An asyncio Condition pool that starts a housekeeping task on its first acquire: every
     30 s it notes the blocks held longer than a minute (``suspected_leaks``)."""
 
-    backoff_bound = 0.0
-    backends = ("asyncio",)
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
-        self._cond = asyncio.Condition()
         self._taken_at: dict[int, float] = {}
         self.suspected_leaks: set[int] = set()
         self._housekeeper: asyncio.Task[None] | None = None
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
         """A free block, or None after ``timeout`` seconds (0: try once)."""
-        timeout = seconds(timeout)
         if self._housekeeper is None:
             self._housekeeper = asyncio.get_running_loop().create_task(self._housekeeping())
-        async with self._cond:
-            if not self._free:
-                if timeout == 0:
-                    return None
-                try:
-                    async with asyncio.timeout(timeout):
-                        await self._cond.wait_for(lambda: bool(self._free))
-                except TimeoutError:
-                    return None
-                except asyncio.CancelledError:
-                    if self._free:
-                        self._cond.notify()
-                    raise
-            block = self._free.popleft()
-            self._taken_at[block.id] = asyncio.get_running_loop().time()
-            return self._taken(block)
+        return await super().acquire(timeout)
 
-    async def release(self, block: Block) -> bool:
-        """One reference less; at the last, reset, queue and notify one waiter."""
-        async with self._cond:
-            if not self._last_reference(block):
-                return False
+    def _taken(self, block: Block) -> Block:
+        self._taken_at[block.id] = asyncio.get_running_loop().time()
+        return super()._taken(block)
+
+    def _last_reference(self, block: Block) -> bool:
+        last = super()._last_reference(block)
+        if last:
             self._taken_at.pop(block.id, None)
-            self._reset(block)
-            self._free.append(block)
-            self._cond.notify()
-        return True
+        return last
 
     async def _housekeeping(self) -> None:
         loop = asyncio.get_running_loop()
@@ -176,11 +130,3 @@ class BackgroundTaskPool(BlockLedger):
             await asyncio.sleep(HOUSEKEEPING_PERIOD_S)
             now = loop.time()
             self.suspected_leaks = {i for i, t in self._taken_at.items() if now - t > LEAK_THRESHOLD_S}
-
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in self._free]

@@ -1,0 +1,436 @@
+"""Realistic bugs planted in the ordinary-way pools: at least one per design.
+
+Each is a slip a developer makes with that primitive: an await between taking a unit and the
+block, a give-up path that forgets what it was handed, an ``if`` where a ``while`` belongs, an
+offer before the reset, a housekeeper that reclaims what is still in use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import anyio
+import trio
+
+from kvstress.mutants._block import Block, seconds
+from kvstress.mutants._ordinary_anyio import (
+    AnyioCapacityLimiterPool,
+    AnyioConditionPool,
+    AnyioSemaphorePool,
+    AnyioStreamPool,
+)
+from kvstress.mutants._ordinary_asyncio import (
+    AsyncioConditionPool,
+    AsyncioLockEventPool,
+    AsyncioQueuePool,
+    AsyncioSemaphorePool,
+)
+from kvstress.mutants._ordinary_background import AsyncPollingPool, HousekeepingThreadPool
+from kvstress.mutants._ordinary_threads import (
+    ThreadConditionPool,
+    ThreadPollingPool,
+    ThreadQueuePool,
+    ThreadSemaphorePool,
+)
+from kvstress.mutants._ordinary_trio import TrioCapacityLimiterPool, TrioChannelPool, TrioSemaphorePool
+
+# -- asyncio ----------------------------------------------------------------------------------
+
+
+class AsyncioSemaphoreTakeThenYieldPool(AsyncioSemaphorePool):
+    """After its unit, acquire awaits (a metrics hook) before it takes the block: a task
+    cancelled there keeps the unit, and the pool has one unit fewer than free blocks for good."""
+
+    expected = ("lost-block", "lost-wakeup")
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        try:
+            async with asyncio.timeout(None if timeout == 0 else timeout):
+                if timeout == 0 and self._units.locked():
+                    return None
+                await self._units.acquire()
+                await asyncio.sleep(0)  # BUG: a cancellation here strands the unit
+        except TimeoutError:
+            return None
+        return self._taken(self._free.popleft())
+
+
+class AsyncioSemaphoreUnusedReleasePool(AsyncioSemaphorePool):
+    """The unit goes back only for a block that was put in use: a block released unused (an
+    aborted request) is queued, but its unit is lost."""
+
+    expected = ("lost-block", "lost-wakeup")
+
+    async def release(self, block: Block) -> bool:
+        was_used = block.state.name == "IN_USE"
+        if not self._last_reference(block):
+            return False
+        self._reset(block)
+        self._free.append(block)
+        if was_used:  # BUG: the error path (released unused) skips the unit
+            self._units.release()
+        return True
+
+
+class AsyncioQueueAwaitAfterGetPool(AsyncioQueuePool):
+    """After ``get()`` returns the block, acquire awaits (to log the wait) before it records the
+    block: a cancellation there drops a block that left the queue."""
+
+    expected = ("lost-block", "lost-wakeup", "counter-mismatch")
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        try:
+            if timeout == 0:
+                block = self._queue.get_nowait()
+            else:
+                async with asyncio.timeout(timeout):
+                    block = await self._queue.get()
+                    await asyncio.sleep(0)  # BUG: the block is in hand, and nobody owns it
+        except (asyncio.QueueEmpty, TimeoutError):
+            return None
+        self._mirror.remove(block)
+        return self._taken(block)
+
+
+class AsyncioConditionIfNotWhilePool(AsyncioConditionPool):
+    """An ``if`` where the ``while`` belongs: a notified waiter must take the lock again, and a
+    newcomer that gets it first takes the block; the waiter then pops an empty deque."""
+
+    expected = ("crash", "lost-block", "lost-wakeup")
+
+    async def _acquire(self, timeout: float | None) -> Block | None:
+        async with self._cond:
+            if not self._free:
+                if timeout == 0:
+                    return None
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self._cond.wait()  # BUG: woken is not the same as a block left
+                except (TimeoutError, asyncio.CancelledError):
+                    if self._free:
+                        self._cond.notify()
+                    raise
+            return self._taken(self._free.popleft())
+
+
+class AsyncioLockEventRearmedTimeoutPool(AsyncioLockEventPool):
+    """Each round of the wait gets the whole timeout again (``wait_for(event.wait(), timeout)``
+    in the loop): a waiter that is woken and loses the block to another waits past its
+    deadline."""
+
+    expected = ("timeout-late",)
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        while True:
+            async with self._lock:
+                if self._free:
+                    block = self._free.popleft()
+                    if not self._free:
+                        self._available.clear()
+                    return self._taken(block)
+                if timeout == 0:
+                    return None
+            try:
+                await asyncio.wait_for(self._available.wait(), timeout)  # BUG: re-armed each round
+            except TimeoutError:
+                return None
+
+
+# -- anyio ------------------------------------------------------------------------------------
+
+
+class AnyioSemaphoreResetAfterOfferPool(AnyioSemaphorePool):
+    """release queues the block and hands its unit on, then zeroes it: the next holder can read
+    the last one's K/V."""
+
+    expected = ("dirty-read",)
+
+    async def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._free.append(block)
+        self._units.release()
+        await anyio.sleep(0)  # the copy-out to the host, say
+        self._reset(block)  # BUG: reset after the offer
+        return True
+
+
+class AnyioSemaphoreUnitPerReferencePool(AnyioSemaphorePool):
+    """release gives a unit back for every reference dropped, not only the last: after a shared
+    block is released the semaphore promises more blocks than the deque holds."""
+
+    expected = ("crash", "lost-block", "shared-block")
+
+    async def release(self, block: Block) -> bool:
+        was_held = block.refcount >= 1
+        last = self._last_reference(block)
+        if last:
+            self._reset(block)
+            self._free.append(block)
+        if was_held:
+            self._units.release()  # BUG: a unit per reference
+        return last
+
+
+class AnyioStreamGiveUpForgetsPool(AnyioStreamPool):
+    """A receive that returns just as the deadline passes is treated as a timeout, and the block
+    it was handed is forgotten: a timeout racing a hand-off loses a block."""
+
+    expected = ("lost-block", "lost-wakeup")
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        if timeout == 0:
+            try:
+                return self._got(self._receive.receive_nowait())
+            except anyio.WouldBlock:
+                return None
+        deadline = None if timeout is None else anyio.current_time() + timeout
+        with anyio.move_on_after(timeout):
+            block = await self._receive.receive()
+            if deadline is not None and anyio.current_time() >= deadline:
+                self._mirror.remove(block)
+                return None  # BUG: gives up, and forgets the block it was handed
+            return self._got(block)
+        return None
+
+
+class AnyioConditionNotifyWhenEmptyPool(AnyioConditionPool):
+    """release notifies only when the deque was empty before: with two waiters and two releases
+    in a row, the second release notifies nobody."""
+
+    expected = ("lost-wakeup",)
+
+    async def release(self, block: Block) -> bool:
+        with anyio.CancelScope(shield=True):
+            async with self._cond:
+                if not self._last_reference(block):
+                    return False
+                self._reset(block)
+                was_empty = not self._free
+                self._free.append(block)
+                if was_empty:  # BUG: the "it was empty, so someone may wait" shortcut
+                    self._cond.notify()
+        return True
+
+
+class AnyioLimiterPerTaskPool(AnyioCapacityLimiterPool):
+    """Tokens are borrowed for the calling task (``acquire()``), as the limiter's first example
+    shows, and given back by whichever task releases: a block released by another task than
+    the one that took it raises."""
+
+    expected = ("crash",)
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        if timeout == 0:
+            try:
+                self._limiter.acquire_nowait()
+            except anyio.WouldBlock:
+                return None
+            return self._take(anyio.get_current_task())
+        with anyio.move_on_after(timeout):
+            await self._limiter.acquire()
+            return self._take(anyio.get_current_task())
+        return None
+
+    async def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._reset(block)
+        self._free.append(block)
+        self._tokens.pop(block.id)
+        self._limiter.release()  # BUG: on behalf of whoever releases
+        return True
+
+
+# -- trio -------------------------------------------------------------------------------------
+
+
+class TrioSemaphoreCheckpointAfterUnitPool(TrioSemaphorePool):
+    """A checkpoint between the unit and the block: a cancellation there keeps the unit."""
+
+    expected = ("lost-block", "lost-wakeup")
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        if timeout == 0:
+            try:
+                self._units.acquire_nowait()
+            except trio.WouldBlock:
+                return None
+            return self._taken(self._free.popleft())
+        with trio.move_on_after(float("inf") if timeout is None else timeout):
+            await self._units.acquire()
+            await trio.sleep(0)  # BUG: a cancellation here strands the unit
+            return self._taken(self._free.popleft())
+        return None
+
+
+class TrioChannelSendBeforeResetPool(TrioChannelPool):
+    """release sends the block back, then zeroes it after a checkpoint: a waiting receiver gets
+    it first and reads the old K/V."""
+
+    expected = ("dirty-read",)
+
+    async def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._put(block)
+        await trio.sleep(0)
+        self._reset(block)  # BUG: after the send
+        return True
+
+
+class TrioLimiterForgetsTokenPool(TrioCapacityLimiterPool):
+    """A timed acquire that got its token just as it was cancelled returns None and keeps the
+    token: a cancellation racing the hand-off strands capacity."""
+
+    expected = ("lost-block", "lost-wakeup")
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        token = object()
+        if timeout == 0:
+            try:
+                self._limiter.acquire_on_behalf_of_nowait(token)
+            except trio.WouldBlock:
+                return None
+            return self._take(token)
+        with trio.move_on_after(float("inf") if timeout is None else timeout) as scope:
+            await self._limiter.acquire_on_behalf_of(token)
+            await trio.sleep(0)  # BUG: cancelled here, the token is never given back
+        if scope.cancelled_caught:
+            return None
+        return self._take(token)
+
+
+# -- threading and queue ------------------------------------------------------------------------
+
+
+class ThreadSemaphoreUnitBeforeQueuePool(ThreadSemaphorePool):
+    """release gives the unit back before it queues the block: a waiter woken by the unit can
+    find the deque empty."""
+
+    expected = ("crash",)
+
+    def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._reset(block)
+        self._units.release()  # BUG: the unit goes out before the block is there
+        self._free.append(block)
+        return True
+
+
+class ThreadConditionIfNotWhilePool(ThreadConditionPool):
+    """An ``if`` where the ``while`` belongs: a waiter notified after another thread took the
+    block wakes to an empty deque."""
+
+    expected = ("crash", "lost-block", "timeout-early")
+
+    def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        with self._cond:
+            if not self._free:
+                if timeout == 0:
+                    return None
+                self._cond.wait(timeout)  # BUG: not re-checked
+                if not self._free:
+                    return None
+            return self._taken(self._free.popleft())
+
+    def release(self, block: Block) -> bool:
+        with self._cond:
+            if not self._last_reference(block):
+                return False
+            self._reset(block)
+            self._free.append(block)
+            self._cond.notify_all()
+        return True
+
+
+class ThreadQueuePutBeforeResetPool(ThreadQueuePool):
+    """release puts the block back, then zeroes it: a waiter gets it dirty."""
+
+    expected = ("dirty-read",)
+
+    def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._put(block)
+        self._reset(block)  # BUG: after the put
+        return True
+
+
+class ThreadPollingUnlockedCheckPool(ThreadPollingPool):
+    """The poll checks for a free block outside the lock, then pops under it: two pollers can
+    both see the last block."""
+
+    expected = ("crash",)
+
+    def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        park = self.first_park
+        while True:
+            if self._free:  # BUG: checked without the lock
+                with self._lock:
+                    return self._taken(self._free.popleft())
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            time.sleep(park if deadline is None else min(park, deadline - now))
+            park = min(park * 2, self.backoff_bound)
+
+
+class HousekeepingReaperPool(HousekeepingThreadPool):
+    """The housekeeping thread reclaims blocks held longer than its threshold (every 10 ms,
+    held over 20 ms) and queues them again: a holder still writing shares its block."""
+
+    expected = (
+        "shared-block",
+        "lost-block",
+        "double-release",
+        "illegal-transition",
+        "dirty-read",
+        "refcount",
+    )
+
+    def _housekeeping(self) -> None:
+        while not self._closed.wait(0.01):
+            with self._cond:
+                now = time.monotonic()
+                for block_id, since in list(self._taken_at.items()):
+                    if now - since > 0.02:  # BUG: a long hold is not a leak
+                        block = self._blocks[block_id]
+                        del self._taken_at[block_id]
+                        block.refcount = 0
+                        self._reset(block)
+                        self._free.append(block)
+                        self._cond.notify()
+
+
+# -- polling ----------------------------------------------------------------------------------
+
+
+class AsyncPollingUncappedPool(AsyncPollingPool):
+    """The backoff doubles without its cap while the pool still declares 1 ms: a waiter sleeps
+    far past a free block, and past its own deadline."""
+
+    expected = ("lost-wakeup", "timeout-late")
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        deadline = None if timeout is None else anyio.current_time() + timeout
+        park = self.first_park
+        while not self._free:
+            if deadline is not None and anyio.current_time() >= deadline:
+                return None
+            await anyio.sleep(park)  # BUG: neither capped nor cut at the deadline
+            park *= 2
+        return self._taken(self._free.popleft())
