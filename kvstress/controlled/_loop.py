@@ -52,6 +52,29 @@ scheduler. The choice is a function of the run so far, so replay and DFS see the
 """
 
 _PURGE_MIN_TIMERS = 100  # as in BaseEventLoop: below this, cancelled timers are left in the heap
+_LOOP_INTERNALS = ("_run_once", "_ready", "_scheduled", "_stopping", "_timer_cancelled_count", "_selector")
+_HANDLE_INTERNALS = ("_callback", "_run")
+_missing: list[str] | None = None
+
+
+def asyncio_internals_missing() -> list[str]:
+    """The asyncio internals this loop drives that this Python's asyncio lacks ([] when none).
+
+    asyncio has no public seam for choosing the next callback, so the controlled loop subclasses
+    the selector loop and runs its ready queue itself; this is the one check of that reach. A
+    test fails loudly when a Python release moves them; ``fuzz`` then runs async pools on
+    asyncio without the controlled strategies, saying so in one line.
+    """
+    global _missing
+    if _missing is None:
+        loop = asyncio.SelectorEventLoop()
+        try:
+            handle = loop.call_soon(lambda: None)
+            _missing = [name for name in _LOOP_INTERNALS if not hasattr(loop, name)]
+            _missing += [f"Handle.{name}" for name in _HANDLE_INTERNALS if not hasattr(handle, name)]
+        finally:
+            loop.close()
+    return _missing
 
 
 class ControlledEventLoop(asyncio.SelectorEventLoop):
