@@ -548,3 +548,16 @@ def test_two_acquires_in_flight_for_one_block_leave_one_unit_spare() -> None:
     h.release("w2", 7, 7.5, 0, True)
     h.acquire("w0", 2, 8, 1)
     assert h.check(2).status == "ok"
+
+
+def test_none_while_a_release_has_not_given_its_unit_back_is_ok() -> None:
+    """A semaphore pool queues the block, then gives the unit back: while w0's release is still
+    in flight its block can come and go (w1), and a try-once then fails with block 0 queued."""
+    h = History()
+    h.acquire("w3", 0, 0.5, 1)  # block 1 stays held
+    h.acquire("w0", 0.6, 0.8, 0)
+    h.release("w0", 1, 20, 0, True)  # block queued at once, unit back at 20
+    h.acquire("w1", 3, 4, 0)
+    h.release("w1", 5, 6, 0, True)
+    h.acquire("w2", 7, 8, None, outcome="info")
+    assert h.check(2).status == "ok"

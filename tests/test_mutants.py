@@ -38,8 +38,10 @@ GAPS: dict[type, tuple[bool, str]] = {
 }
 
 
-def run_fuzz(cls: type, tmp_path: Path, budget_s: float, backend: str = "asyncio") -> FuzzOutcome:
-    """fuzz the corpus class with the default strategy mix, seed 0, two blocks of (2, 4)."""
+def run_fuzz(cls: type, tmp_path: Path, budget_s: float, backend: str | None = None) -> FuzzOutcome:
+    """fuzz the corpus class with the default strategy mix, seed 0, two blocks of (2, 4), on
+    ``backend`` (default: the first the class runs on)."""
+    backend = backend or (backends_of(cls) or ("asyncio",))[0]
     target = load_target(
         f"{cls.__module__}:{cls.__qualname__}", num_blocks=2, block_shape=(2, 4), backend=backend
     )
@@ -112,7 +114,9 @@ def test_every_mutant_says_its_bug_and_what_to_expect() -> None:
 def test_each_mutant_is_a_variant_of_one_correct_pool() -> None:
     """Every mutant subclasses exactly one correct pool, and no class appears twice."""
     for cls in MUTANTS:
-        assert sum(issubclass(cls, pool) for pool in CORRECT_POOLS) == 1, cls
+        ancestors = [pool for pool in CORRECT_POOLS if issubclass(cls, pool)]
+        nearest = [p for p in ancestors if not any(q is not p and issubclass(q, p) for q in ancestors)]
+        assert len(nearest) == 1, cls
     assert len(set(MUTANTS)) == len(MUTANTS) and not set(MUTANTS) & set(CORRECT_POOLS)
 
 
@@ -164,7 +168,7 @@ def test_a_threaded_pool_keeps_the_sequential_contract(cls: type) -> None:
         pool.mark_in_use(first)
     assert pool.release(second) is True
     again = pool.acquire(0)
-    assert again is first and not again.data.any()
+    assert again in (first, second) and not again.data.any()  # FIFO or LIFO: both keep the protocol
 
 
 def test_the_polling_pool_declares_its_backoff() -> None:

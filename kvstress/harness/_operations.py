@@ -69,7 +69,10 @@ class Operations:
             checkers.check_timeout(timeout, False, elapsed, busy, self.backoff_bound, self.timing)
             checkers.check_parking(elapsed, cpu, suspensions, self.timing)
             free = self.num_blocks - len(self.ledger.open)
-            if self.sequential and free > 0:
+            # Only a try-once is judged here: on real time a timed acquire may time out before
+            # its task ever runs (a loaded machine, a pool that checkpoints before it looks);
+            # a block really lost fails the try-once of the drain that ends every run.
+            if self.sequential and free > 0 and timeout == 0:
                 raise InvariantViolation(
                     "lost-block",
                     f"acquire(timeout={timeout}) returned None although {free} block(s) are held by "

@@ -59,12 +59,11 @@ class Coupling:
         calls = [(b, op) for b, ops in enumerate(model.blocks) for op in ops if op.kind in _TAKES]
         calls += [(-1, op) for op in (*model.wildcards, *model.empties)]
         self._calls = [(b, op.index, op.lo, returns.get(op.index, op.hi)) for b, op in calls]
-        frees = [
-            op for ops in model.blocks for op in ops if op.kind in (Kind.RELEASE_TRUE, Kind.MAYBE_RELEASE)
-        ]
-        self._releases = sorted(op.hi for op in frees)
+        frees = [(b, op) for b, ops in enumerate(model.blocks) for op in ops if op.kind in _FREES]
+        self._releases = sorted(op.hi for _, op in frees)
         # Releases as calls: until one returns, the pool may not have given its unit back.
-        self._freeing = [(op.lo, returns.get(op.index, op.hi)) for op in frees]
+        self._freeing = [(b, op.lo, returns.get(op.index, op.hi)) for b, op in frees]
+        self._free_spans = [[(s.first, s.last) for s in _free_stretches(ops, size)] for ops in model.blocks]
         # Each surely FREE block needs a wildcard to be HELD, and wildcards are scarce: prefer
         # instants with the fewest of them, then with the most surely HELD blocks (the fewest to
         # search for).
@@ -81,17 +80,19 @@ class Coupling:
         - every surely FREE block is matched by a spare unit of capacity in flight: an acquire
           that may hold one without a block yet (as after a semaphore's acquire, before the
           block is taken from the queue; ``_spare``), or a release that has not returned, which
-          may not have given its unit back yet though its block is queued; or
+          may not have given its own block's unit back yet though the block is queued; or
         - a hand-off is in flight: another acquire, begun before a release ended, is still in
           flight after it, so a FIFO pool may have handed it that block, and a newcomer that
           finds the queue busy fails.
         """
         last = min(empty.hi, len(self._surely_free) - 2)
         starts = {empty.lo, *(lo for _, index, lo, _ in self._calls if index != empty.index)}
-        starts.update(lo for lo, _ in self._freeing)
+        starts.update(lo for _, lo, _ in self._freeing)
         for p in sorted(at for at in starts if empty.lo <= at <= last):  # where in-flight sets grow
             in_flight = [(b, lo) for b, i, lo, end in self._calls if i != empty.index and lo <= p <= end]
-            freeing = sum(lo <= p <= end for lo, end in self._freeing)
+            # A release in flight holds back at most its own block's unit, and that only matters
+            # where the block is surely FREE (another tenancy of it already came and went).
+            freeing = sum(lo <= p <= end and self._surely_free_block(b, p) for b, lo, end in self._freeing)
             if not in_flight and not freeing:
                 continue
             if self._surely_free[p] <= self._spare(p, [b for b, _ in in_flight]) + freeing:
@@ -100,6 +101,9 @@ class Coupling:
             if in_flight and ended and self._releases[ended - 1] >= min(lo for _, lo in in_flight):
                 return True
         return False
+
+    def _surely_free_block(self, block: int, at: int) -> bool:
+        return any(first <= at <= last for first, last in self._free_spans[block])
 
     def _spare(self, at: int, answered: list[int]) -> int:
         """How many of the acquires in flight at ``at`` (the blocks they answered, -1: none seen)
@@ -167,6 +171,7 @@ class Coupling:
 
 
 _TAKES = (Kind.ACQUIRE, Kind.MAYBE_ACQUIRE)
+_FREES = (Kind.RELEASE_TRUE, Kind.MAYBE_RELEASE)
 
 
 def _held_stretches(ops: Sequence[BlockOp], size: int) -> list[tuple[int, int]]:
