@@ -14,6 +14,14 @@ FREE, ACQ, USE = BlockState.FREE, BlockState.ACQUIRED, BlockState.IN_USE
 POLICY = TimingPolicy(slack=0.1)
 
 
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timing checks as on an idle machine, whatever load runs beside the tests."""
+    import kvstress.checkers._timing as timing
+
+    monkeypatch.setattr(timing, "load_factor", lambda: 1.0)
+
+
 def raises(invariant: str) -> pytest.RaisesExc[InvariantViolation]:
     assert invariant in INVARIANTS
     return pytest.raises(InvariantViolation, match=rf"^\[{invariant}\]")
@@ -184,3 +192,15 @@ def test_async_waits_are_judged_by_the_same_cpu_standard_as_threads() -> None:
     checkers.check_parking(1.0, 0.01, None, POLICY)
     with raises("busy-wait"):
         checkers.check_parking(1.0, None, 100_000, POLICY)
+
+
+def test_the_slack_scales_with_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the cores oversubscribed twice over, an acquire 0.4 s late (slack 0.25 s idle) is
+    the machine's delay, not the pool's; idle, it is late."""
+    import kvstress.checkers._timing as timing
+
+    policy = TimingPolicy(slack=0.25)
+    with raises("timeout-late"):
+        checkers.check_timeout(0.7, False, 1.1, 1.1, 0.0, policy)
+    monkeypatch.setattr(timing, "load_factor", lambda: 2.0)
+    checkers.check_timeout(0.7, False, 1.1, 1.1, 0.0, policy)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvstress._load import load_factor
 from kvstress._violation import InvariantViolation
 
 
@@ -15,7 +16,8 @@ from kvstress._violation import InvariantViolation
 class TimingPolicy:
     """Tolerances of the timing checks, in seconds unless named otherwise.
 
-    - ``slack``: lateness the OS scheduler or event loop may add on top of a pool's backoff bound.
+    - ``slack``: lateness the OS scheduler or event loop may add on top of a pool's backoff bound,
+      on an idle machine; the checks scale it by the load average per core (``slack_now``).
     - ``early_tolerance`` + ``early_ratio`` x timeout: clock granularity allowed before a None
       counts as early (pools may read another clock than the harness).
     - ``default_backoff_bound``: assumed for a pool that declares no ``backoff_bound``.
@@ -36,6 +38,11 @@ class TimingPolicy:
     wakeup_cpu_s: float = 10e-6
     busy_min_wait: float = 0.02
     hang_bound: float = 5.0
+
+    def slack_now(self) -> float:
+        """``slack`` scaled by how far the machine's cores are oversubscribed now (the load
+        average per core, at least 1): a loaded machine delays every thread, correct or not."""
+        return self.slack * load_factor()
 
     def backoff_bound_of(self, pool: object) -> float:
         """The pool's declared ``backoff_bound``, or the default when it declares none."""
@@ -63,13 +70,14 @@ def check_timeout(
             "timeout-early",
             f"acquire(timeout={timeout:g}) returned None after {elapsed:.6f} s, before its timeout",
         )
-    limit = timeout + backoff_bound + policy.slack
+    slack = policy.slack_now()
+    limit = timeout + backoff_bound + slack
     if elapsed_running > limit:
         raise InvariantViolation(
             "timeout-late",
             f"acquire(timeout={timeout:g}) returned after {elapsed_running:.6f} s (garbage collection "
             f"left out), past its deadline plus backoff bound {backoff_bound:g} s and slack "
-            f"{policy.slack:g} s",
+            f"{slack:.3g} s (load-aware)",
         )
 
 
@@ -98,16 +106,17 @@ def check_woken(
     got_block: bool, waited_after_free: float, backoff_bound: float, policy: TimingPolicy
 ) -> None:
     """A waiter gets a block that became free within the backoff bound plus slack."""
-    limit = backoff_bound + policy.slack
+    slack = policy.slack_now()
+    limit = backoff_bound + slack
     if not got_block:
         raise InvariantViolation(
             "lost-wakeup",
             f"a waiter timed out {waited_after_free:.4f} s after a block became free "
-            f"(allowed: backoff bound {backoff_bound:g} s + slack {policy.slack:g} s)",
+            f"(allowed: backoff bound {backoff_bound:g} s + slack {slack:.3g} s, load-aware)",
         )
     if waited_after_free > limit:
         raise InvariantViolation(
             "lost-wakeup",
             f"a waiter got its block {waited_after_free:.4f} s after it became free "
-            f"(allowed: backoff bound {backoff_bound:g} s + slack {policy.slack:g} s)",
+            f"(allowed: backoff bound {backoff_bound:g} s + slack {slack:.3g} s, load-aware)",
         )

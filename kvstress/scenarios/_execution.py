@@ -280,7 +280,7 @@ def check_run(config: ScenarioConfig, ops: ScenarioOps) -> InvariantViolation | 
     """The checks on a finished run's whole history: wake-ups, then linearizability."""
     history = ops.history.snapshot()
     try:
-        checkers.check_wakeups(history, ops.backoff_bound, ops.timing.slack)
+        checkers.check_wakeups(history, ops.backoff_bound, ops.timing.slack_now())
     except InvariantViolation as violation:
         return violation
     result = check_history(history, config.num_blocks, time_limit=config.linearize_limit)
