@@ -33,6 +33,7 @@ from kvstress.controlled import (
 from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler, ReplayScheduler, Scheduler
 
 REAL_THREADING, REAL_TIME, REAL_QUEUE = threading, time, queue
+REAL_LOCK = threading.Lock  # _thread.allocate_lock before Python 3.13, the _thread.lock class since
 
 
 def run(main: Callable[[], Any], scheduler: Scheduler | None = None, **options: Any) -> Any:
@@ -403,7 +404,7 @@ def test_named_modules_are_patched_only_during_the_run(monkeypatch: pytest.Monke
     )  # fmt: skip
     assert inside["Empty"] is REAL_QUEUE.Empty
     assert named.names() == before
-    assert REAL_THREADING.Lock is _thread.allocate_lock  # the real modules themselves never change
+    assert REAL_THREADING.Lock is REAL_LOCK  # the real modules themselves never change
 
 
 def test_patching_is_restored_after_a_failed_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -420,7 +421,7 @@ def test_patching_is_restored_after_a_failed_run(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ThreadDeadlock):
         run(ab_ba(("a", "b")))
     assert (threading, time, queue) == (REAL_THREADING, REAL_TIME, REAL_QUEUE)
-    assert threading.Lock is _thread.allocate_lock
+    assert threading.Lock is REAL_LOCK
 
 
 HIERARCHY_SOURCES = {
