@@ -561,3 +561,15 @@ def test_none_while_a_release_has_not_given_its_unit_back_is_ok() -> None:
     h.release("w1", 5, 6, 0, True)
     h.acquire("w2", 7, 8, None, outcome="info")
     assert h.check(2).status == "ok"
+
+
+def test_an_acquire_waiting_on_a_block_still_being_released_holds_a_spare_unit() -> None:
+    """w1 took a unit at its start and gets block 0 once w2's release of it ends; meanwhile
+    block 1 is queued but both units are out (w1's, and w2's not yet given back)."""
+    h = History()
+    h.acquire("w1", 0, 19, 0)
+    h.acquire("w2", 1, 2, 0)
+    h.release("w2", 9, 13, 0, True)
+    h.acquire("w0", 10, 11, None, outcome="info")
+    h.acquire("w0", 12, 14, 1)
+    assert h.check(2).status == "ok"

@@ -95,7 +95,8 @@ class Coupling:
             freeing = sum(lo <= p <= end and self._surely_free_block(b, p) for b, lo, end in self._freeing)
             if not in_flight and not freeing:
                 continue
-            if self._surely_free[p] <= self._spare(p, [b for b, _ in in_flight]) + freeing:
+            releasing = {b for b, lo, end in self._freeing if lo <= p <= end}
+            if self._surely_free[p] <= self._spare(p, [b for b, _ in in_flight], releasing) + freeing:
                 return True
             ended = bisect_right(self._releases, p)  # releases that returned by p
             if in_flight and ended and self._releases[ended - 1] >= min(lo for _, lo in in_flight):
@@ -105,15 +106,17 @@ class Coupling:
     def _surely_free_block(self, block: int, at: int) -> bool:
         return any(first <= at <= last for first, last in self._free_spans[block])
 
-    def _spare(self, at: int, answered: list[int]) -> int:
+    def _spare(self, at: int, answered: list[int], releasing: set[int]) -> int:
         """How many of the acquires in flight at ``at`` (the blocks they answered, -1: none seen)
         may be holding a unit of capacity there rather than taking a FREE block: those that took
-        no block anyone saw, all of those answering a block surely HELD there by someone else,
-        and all but one of those answering the same other block (one tenancy comes first)."""
+        no block anyone saw, all of those answering a block someone else may still hold there
+        (surely HELD, or in ``releasing``: its release has not returned), and all but one of
+        those answering any other block (one tenancy comes first)."""
         counts = Counter(answered)
         spare = counts.pop(-1, 0)
         for block, count in counts.items():
-            spare += count if self.surely_held(block, at) else count - 1
+            held = block in releasing or self.surely_held(block, at)
+            spare += count if held else count - 1
         return spare
 
     def surely_held(self, block: int, at: int) -> bool:
