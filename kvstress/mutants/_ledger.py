@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,9 +24,11 @@ from kvstress.pool._state import BlockState
 class BlockLedger:
     """Blocks over one zeroed tensor, and the protocol's transitions on them.
 
-    ``_guard`` serialises every change to a block's state and refcount. Subclasses keep the free
-    blocks in whatever structure their primitive offers and call ``_taken`` on a block they took
-    from it, and ``_last_reference`` then ``_reset`` before they offer one back.
+    ``_guard`` serialises every change to a block's state and refcount. ``_free`` is a deque of
+    the free blocks, head first, for the pools that keep them so (``free_count`` and
+    ``free_ids`` read it); a pool whose primitive holds them instead overrides both. Subclasses
+    call ``_taken`` on a block they took, and ``_last_reference`` then ``_reset`` before they
+    offer one back.
     """
 
     threaded = False
@@ -41,6 +44,15 @@ class BlockLedger:
         self._blocks = allocate(num_blocks, block_shape, dtype, device)
         self.num_blocks = len(self._blocks)
         self._guard: Any = threading.Lock() if self.threaded else contextlib.nullcontext()
+        self._free: deque[Block] = deque(self._blocks)
+
+    def free_count(self) -> int:
+        """Blocks in the free deque."""
+        return len(self._free)
+
+    def free_ids(self) -> list[int]:
+        """The free deque's ids, head first (a snapshot)."""
+        return [block.id for block in list(self._free)]
 
     def mark_in_use(self, block: Block) -> None:
         """ACQUIRED -> IN_USE; ValueError from any other state."""

@@ -91,7 +91,7 @@ class AsyncioQueueAwaitAfterGetPool(AsyncioQueuePool):
                     await asyncio.sleep(0)  # BUG: the block is in hand, and nobody owns it
         except (asyncio.QueueEmpty, TimeoutError):
             return None
-        self._mirror.remove(block)
+        self._free.remove(block)
         return self._taken(block)
 
 
@@ -193,7 +193,7 @@ class AnyioStreamGiveUpForgetsPool(AnyioStreamPool):
         with anyio.move_on_after(timeout):
             block = await self._receive.receive()
             if deadline is not None and anyio.current_time() >= deadline:
-                self._mirror.remove(block)
+                self._free.remove(block)
                 return None  # BUG: gives up, and forgets the block it was handed
             return self._got(block)
         return None

@@ -8,7 +8,6 @@ clock; 0 tries once.
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Any
 
 import anyio
@@ -30,7 +29,6 @@ class AnyioSemaphorePool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._units = anyio.Semaphore(self.num_blocks)
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
@@ -57,14 +55,6 @@ class AnyioSemaphorePool(BlockLedger):
         self._units.release()
         return True
 
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in self._free]
-
 
 class AnyioCapacityLimiterPool(BlockLedger):
     """A deque guarded by an ``anyio.CapacityLimiter(num_blocks)``, borrowed for each block.
@@ -78,7 +68,6 @@ class AnyioCapacityLimiterPool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._limiter = anyio.CapacityLimiter(self.num_blocks)
         self._tokens: dict[int, object] = {}
 
@@ -112,14 +101,6 @@ class AnyioCapacityLimiterPool(BlockLedger):
         self._limiter.release_on_behalf_of(self._tokens.pop(block.id))
         return True
 
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in self._free]
-
 
 class AnyioStreamPool(BlockLedger):
     """The free blocks sit in the buffer of an anyio memory object stream: acquire receives
@@ -134,9 +115,8 @@ class AnyioStreamPool(BlockLedger):
         send, receive = anyio.create_memory_object_stream[Block](math.inf)
         self._send: MemoryObjectSendStream[Block] = send
         self._receive: MemoryObjectReceiveStream[Block] = receive
-        self._mirror: deque[Block] = deque()
-        for block in self._blocks:
-            self._put(block)
+        for block in self._free:  # the ledger's deque mirrors the primitive's contents
+            self._send.send_nowait(block)
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
         """The stream's next block, or None after ``timeout`` seconds (0: try once)."""
@@ -152,7 +132,7 @@ class AnyioStreamPool(BlockLedger):
         return None
 
     def _got(self, block: Block) -> Block:
-        self._mirror.remove(block)
+        self._free.remove(block)
         return self._taken(block)
 
     async def release(self, block: Block) -> bool:
@@ -165,15 +145,11 @@ class AnyioStreamPool(BlockLedger):
 
     def _put(self, block: Block) -> None:
         self._send.send_nowait(block)  # an unbounded buffer: never blocks
-        self._mirror.append(block)
+        self._free.append(block)
 
     def free_count(self) -> int:
         """Blocks in the stream's buffer."""
         return self._receive.statistics().current_buffer_used
-
-    def free_ids(self) -> list[int]:
-        """The buffer's ids, head first."""
-        return [block.id for block in self._mirror]
 
 
 class AnyioConditionPool(BlockLedger):
@@ -185,7 +161,6 @@ class AnyioConditionPool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._cond = anyio.Condition()
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
@@ -215,11 +190,3 @@ class AnyioConditionPool(BlockLedger):
                 self._free.append(block)
                 self._cond.notify()
         return True
-
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in self._free]

@@ -8,7 +8,6 @@ Timeouts are ``asyncio.timeout`` on the loop's clock; 0 tries once.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from typing import Any
 
 from kvstress.mutants._block import Block, seconds
@@ -27,7 +26,6 @@ class AsyncioSemaphorePool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._units = asyncio.Semaphore(self.num_blocks)
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
@@ -54,14 +52,6 @@ class AsyncioSemaphorePool(BlockLedger):
         self._units.release()
         return True
 
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in self._free]
-
 
 class AsyncioQueuePool(BlockLedger):
     """The free blocks are the items of an ``asyncio.Queue``; a mirror deque gives the snapshot
@@ -73,9 +63,8 @@ class AsyncioQueuePool(BlockLedger):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._queue: asyncio.Queue[Block] = asyncio.Queue()
-        self._mirror: deque[Block] = deque()
-        for block in self._blocks:
-            self._put(block)
+        for block in self._free:  # the ledger's deque mirrors the primitive's contents
+            self._queue.put_nowait(block)
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
         """The queue's next block, or None after ``timeout`` seconds (0: try once)."""
@@ -88,7 +77,7 @@ class AsyncioQueuePool(BlockLedger):
                     block = await self._queue.get()
         except (asyncio.QueueEmpty, TimeoutError):
             return None
-        self._mirror.remove(block)
+        self._free.remove(block)
         return self._taken(block)
 
     async def release(self, block: Block) -> bool:
@@ -101,15 +90,11 @@ class AsyncioQueuePool(BlockLedger):
 
     def _put(self, block: Block) -> None:
         self._queue.put_nowait(block)
-        self._mirror.append(block)
+        self._free.append(block)
 
     def free_count(self) -> int:
         """The queue's size."""
         return self._queue.qsize()
-
-    def free_ids(self) -> list[int]:
-        """The queue's ids, head first."""
-        return [block.id for block in self._mirror]
 
 
 class AsyncioConditionPool(BlockLedger):
@@ -122,7 +107,6 @@ class AsyncioConditionPool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._cond = asyncio.Condition()
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
@@ -159,14 +143,6 @@ class AsyncioConditionPool(BlockLedger):
             self._cond.notify()
         return True
 
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in self._free]
-
 
 class AsyncioLockEventPool(BlockLedger):
     """A deque under an ``asyncio.Lock``, and an ``asyncio.Event`` set while a block is free:
@@ -177,7 +153,6 @@ class AsyncioLockEventPool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._lock = asyncio.Lock()
         self._available = asyncio.Event()
         self._available.set()
@@ -209,11 +184,3 @@ class AsyncioLockEventPool(BlockLedger):
             self._free.append(block)
             self._available.set()
         return True
-
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in self._free]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import deque
 from typing import Any
 
 import anyio
@@ -34,7 +33,6 @@ class AsyncPollingPool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
         """A free block, or None after ``timeout`` seconds (0: try once)."""
@@ -56,14 +54,6 @@ class AsyncPollingPool(BlockLedger):
         self._reset(block)
         self._free.append(block)
         return True
-
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in self._free]
 
 
 class HousekeepingThreadPool(ThreadConditionPool):

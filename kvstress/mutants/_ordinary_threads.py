@@ -9,7 +9,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from kvstress.mutants._block import Block, seconds
@@ -25,7 +24,6 @@ class ThreadSemaphorePool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._units = threading.BoundedSemaphore(self.num_blocks)
 
     def acquire(self, timeout: float | None = None) -> Block | None:
@@ -44,14 +42,6 @@ class ThreadSemaphorePool(BlockLedger):
         self._units.release()
         return True
 
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in list(self._free)]
-
 
 class ThreadConditionPool(BlockLedger):
     """A deque under a ``threading.Condition``: waiters ``wait_for`` a free block, a release
@@ -62,7 +52,6 @@ class ThreadConditionPool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._cond = threading.Condition()
 
     def acquire(self, timeout: float | None = None) -> Block | None:
@@ -96,7 +85,7 @@ class ThreadConditionPool(BlockLedger):
 
 class ThreadQueuePool(BlockLedger):
     """The free blocks are the items of a ``queue.LifoQueue`` (the warmest block first); a
-    mirror list under the ledger's lock gives the snapshot (a queue keeps its own to itself)."""
+    mirror deque under the ledger's lock gives the snapshot (a queue keeps its own to itself)."""
 
     threaded = True
     backoff_bound = 0.0
@@ -104,9 +93,8 @@ class ThreadQueuePool(BlockLedger):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._queue: queue.LifoQueue[Block] = queue.LifoQueue()
-        self._mirror: list[Block] = []
-        for block in self._blocks:
-            self._put(block)
+        for block in self._free:  # the ledger's deque mirrors the primitive's contents
+            self._queue.put(block)
 
     def acquire(self, timeout: float | None = None) -> Block | None:
         """The queue's next block, or None after ``timeout`` seconds (0: try once)."""
@@ -116,7 +104,7 @@ class ThreadQueuePool(BlockLedger):
         except queue.Empty:
             return None
         with self._guard:
-            self._mirror.remove(block)
+            self._free.remove(block)
         return self._taken(block)
 
     def release(self, block: Block) -> bool:
@@ -129,7 +117,7 @@ class ThreadQueuePool(BlockLedger):
 
     def _put(self, block: Block) -> None:
         with self._guard:
-            self._mirror.append(block)
+            self._free.append(block)
         self._queue.put(block)
 
     def free_count(self) -> int:
@@ -139,7 +127,7 @@ class ThreadQueuePool(BlockLedger):
     def free_ids(self) -> list[int]:
         """The queued ids, the next one out first."""
         with self._guard:
-            return [block.id for block in reversed(self._mirror)]
+            return [block.id for block in reversed(self._free)]
 
 
 class ThreadPollingPool(BlockLedger):
@@ -152,7 +140,6 @@ class ThreadPollingPool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._lock = threading.Lock()
 
     def acquire(self, timeout: float | None = None) -> Block | None:

@@ -8,7 +8,6 @@ first waiter. Timeouts are ``trio.move_on_after`` on trio's clock; 0 tries once.
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Any
 
 import trio
@@ -25,7 +24,6 @@ class TrioSemaphorePool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._units = trio.Semaphore(self.num_blocks)
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
@@ -51,14 +49,6 @@ class TrioSemaphorePool(BlockLedger):
         self._units.release()
         return True
 
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in self._free]
-
 
 class TrioCapacityLimiterPool(BlockLedger):
     """A deque guarded by a ``trio.CapacityLimiter(num_blocks)``, borrowed on behalf of each
@@ -69,7 +59,6 @@ class TrioCapacityLimiterPool(BlockLedger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free: deque[Block] = deque(self._blocks)
         self._limiter = trio.CapacityLimiter(self.num_blocks)
         self._tokens: dict[int, object] = {}
 
@@ -102,14 +91,6 @@ class TrioCapacityLimiterPool(BlockLedger):
         self._limiter.release_on_behalf_of(self._tokens.pop(block.id))
         return True
 
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        return [block.id for block in self._free]
-
 
 class TrioChannelPool(BlockLedger):
     """The free blocks sit in a trio memory channel's buffer: acquire receives one, release
@@ -122,9 +103,8 @@ class TrioChannelPool(BlockLedger):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._send, self._receive = trio.open_memory_channel[Block](math.inf)
-        self._mirror: deque[Block] = deque()
-        for block in self._blocks:
-            self._put(block)
+        for block in self._free:  # the ledger's deque mirrors the primitive's contents
+            self._send.send_nowait(block)
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
         """The channel's next block, or None after ``timeout`` seconds (0: try once)."""
@@ -139,7 +119,7 @@ class TrioChannelPool(BlockLedger):
         return None
 
     def _got(self, block: Block) -> Block:
-        self._mirror.remove(block)
+        self._free.remove(block)
         return self._taken(block)
 
     async def release(self, block: Block) -> bool:
@@ -152,12 +132,8 @@ class TrioChannelPool(BlockLedger):
 
     def _put(self, block: Block) -> None:
         self._send.send_nowait(block)  # an unbounded buffer: never blocks
-        self._mirror.append(block)
+        self._free.append(block)
 
     def free_count(self) -> int:
         """Blocks in the channel's buffer."""
         return self._receive.statistics().current_buffer_used
-
-    def free_ids(self) -> list[int]:
-        """The buffer's ids, head first."""
-        return [block.id for block in self._mirror]
