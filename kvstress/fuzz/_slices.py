@@ -148,7 +148,7 @@ def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | No
 
 
 def machine_settings(database: ExampleDatabase | None = None, phases: tuple[Phase, ...] = ()) -> settings:
-    """Hypothesis settings for a fuzzing slice: seeded from outside, quiet, no deadline.
+    """Hypothesis settings for a fuzzing slice: seeded from outside, no deadline.
 
     ``database`` keeps the best failing example found so far, so that a shrink cut short by its
     budget still leaves a program to report; ``phases`` defaults to generate and shrink.
