@@ -155,6 +155,11 @@ def test_parking() -> None:
     checkers.check_parking(0.001, 0.001, 1000, POLICY)
     with raises("busy-wait"):
         checkers.check_parking(0.1, 0.09, None, POLICY)
+    # A call's own work (a stack read from disk for leak detection) is not waiting ...
+    checkers.check_parking(0.042, 0.0163, None, POLICY)
+    # ... but a spin burns a core for as long as it waits.
+    with raises("busy-wait"):
+        checkers.check_parking(0.05, 0.05, None, POLICY)
     with raises("busy-wait"):
         checkers.check_parking(0.1, None, 5000, POLICY)
 

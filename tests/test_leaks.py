@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import linecache
 import time
 
+import pytest
 import structlog
 
 from kvstress import LeakDetection, ThreadedBlockPool
@@ -76,6 +78,18 @@ def test_paranoid_captures_every_stack_and_disabled_none() -> None:
     assert all(paranoid.stack_of(i) for i in range(3))
     assert not any(disabled.stack_of(i) for i in range(3))
     assert "test_paranoid_captures_every_stack" in (paranoid.stack_of(0) or "")
+
+
+def test_a_stack_is_read_from_source_only_when_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Capturing a stack at acquire walks frames and reads no source file (the first read of
+    a file costs milliseconds, on the acquire's path); showing it reads the lines."""
+    tracker = LeakTracker(LeakDetection.PARANOID, 128, None, 1)
+    with monkeypatch.context() as patched:
+        patched.setattr(linecache, "getline", lambda *a, **k: pytest.fail("source read at acquire"))
+        patched.setattr(linecache, "checkcache", lambda *a, **k: pytest.fail("source read at acquire"))
+        tracker.on_acquire(0, 0.0, None)  # the acquire site, by name and line
+    shown = tracker.stack_of(0) or ""
+    assert "tracker.on_acquire(0, 0.0, None)  # the acquire site" in shown
 
 
 def test_simple_samples_one_acquire_in_n() -> None:

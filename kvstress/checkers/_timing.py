@@ -37,6 +37,7 @@ class TimingPolicy:
     busy_cpu_ratio: float = 0.3
     wakeup_cpu_s: float = 10e-6
     busy_min_wait: float = 0.02
+    busy_cpu_allowance: float = 0.02
     hang_bound: float = 5.0
 
     def slack_now(self) -> float:
@@ -85,11 +86,12 @@ def check_parking(elapsed: float, cpu_s: float | None, suspensions: int | None, 
     """A waiting acquire parks: little CPU per second waited, few loop wake-ups per second."""
     if elapsed < policy.busy_min_wait:
         return
-    if cpu_s is not None and cpu_s / elapsed > policy.busy_cpu_ratio:
+    if cpu_s is not None and (cpu_s - policy.busy_cpu_allowance) / elapsed > policy.busy_cpu_ratio:
         raise InvariantViolation(
             "busy-wait",
             f"a waiting acquire burned {cpu_s:.4f} CPU s in {elapsed:.4f} s "
-            f"({cpu_s / elapsed:.0%} of a core, threshold {policy.busy_cpu_ratio:.0%})",
+            f"({cpu_s / elapsed:.0%} of a core; threshold {policy.busy_cpu_ratio:.0%} after "
+            f"{policy.busy_cpu_allowance:g} CPU s for the call's own work)",
         )
     if suspensions is not None and suspensions * policy.wakeup_cpu_s / elapsed > policy.busy_cpu_ratio:
         limit = policy.busy_cpu_ratio / policy.wakeup_cpu_s
