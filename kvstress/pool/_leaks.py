@@ -16,6 +16,7 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
+from types import FrameType
 
 from kvstress._log import get_logger
 
@@ -179,7 +180,9 @@ def _caller_stack(limit: int = 12) -> _Frames:
     their source lines (``traceback.extract_stack``) costs milliseconds the first time each file
     is read. Lines are looked up only when a stack is shown (``_format``)."""
     frames: list[tuple[str, int, str]] = []
-    frame = sys._getframe(1)  # a documented CPython function; traceback.walk_stack uses it too
+    frame: FrameType | None = sys._getframe(
+        1
+    )  # a documented CPython function; traceback.walk_stack uses it too
     while frame is not None and len(frames) < limit:
         code = frame.f_code
         if not code.co_filename.startswith(_POOL_DIR):
