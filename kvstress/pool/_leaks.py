@@ -182,7 +182,7 @@ def _caller_stack(limit: int = 12) -> _Frames:
     frames: list[tuple[str, int, str]] = []
     frame: FrameType | None = sys._getframe(
         1
-    )  # a documented CPython function; traceback.walk_stack uses it too
+    )  # documented; traceback.walk_stack uses it
     while frame is not None and len(frames) < limit:
         code = frame.f_code
         if not code.co_filename.startswith(_POOL_DIR):
