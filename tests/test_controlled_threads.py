@@ -71,6 +71,22 @@ def counter(*, locked: bool) -> None:
     assert state["x"] == 2, f"lost update: x == {state['x']}"
 
 
+def one_line_counter(*, locked: bool) -> None:
+    """Two threads add one to a shared counter in one line: ``state.x += 1``."""
+    lock = threading.Lock()
+    state = types.SimpleNamespace(x=0, cells=[0])
+
+    def bump() -> None:
+        with lock if locked else _NoLock():
+            state.x += 1
+            state.cells[0] += 1
+
+    threads = [spawn(bump), spawn(bump)]
+    for thread in threads:
+        thread.join()
+    assert (state.x, state.cells[0]) == (2, 2), f"lost update: {state.x}, {state.cells[0]}"
+
+
 class _NoLock:
     """A context manager that protects nothing."""
 
@@ -479,6 +495,49 @@ def test_dfs_exhausts_a_correct_two_thread_program() -> None:
     )
     assert found.exhausted and found.failure is None and found.schedule is None
     assert 2 <= found.executions < 2000
+
+
+@pytest.mark.skipif(sys.version_info[:2] == (3, 12), reason="3.12 drops opcode events set at a call")
+def test_a_lost_update_inside_one_line_is_found_between_its_load_and_its_store() -> None:
+    """``x += 1`` is a load and a store: a switch between them loses the other thread's update
+    (CPython can switch there; a free-threaded build always can). DFS finds it, and the locked
+    version runs clean through every interleaving."""
+    found = explore_threads(
+        lambda: one_line_counter(locked=False),
+        DFSScheduler(preemption_bound=2),
+        max_executions=2000,
+        modules=[__name__],
+    )
+    assert isinstance(found.failure, AssertionError) and "lost update" in str(found.failure)
+    clean = explore_threads(
+        lambda: one_line_counter(locked=True),
+        DFSScheduler(preemption_bound=2),
+        max_executions=2000,
+        modules=[__name__],
+    )
+    assert clean.exhausted and clean.failure is None
+
+
+def test_read_modify_write_points_are_the_stores_that_write_back_what_the_line_read() -> None:
+    """Only a store whose location the same line loaded gets a point: an augmented assignment,
+    a store of an expression over the same attribute or item; not a plain store, nor a store
+    of another attribute."""
+    from kvstress.controlled._baton import rmw_points
+
+    def rmw(box: Any, items: list[int], i: int) -> None:
+        box.n += 1
+        box.n = max(box.n - 1, 0)
+        items[i] -= 1
+
+    def plain(box: Any, items: list[int], i: int) -> None:
+        box.n = 1
+        box.m = box.n + 1
+        items[i] = i
+        local = i
+        local += 1
+
+    assert len(rmw_points(rmw.__code__)) == 3
+    assert rmw_points(plain.__code__) == frozenset()
 
 
 def test_dfs_finds_lost_update_and_its_schedule_replays() -> None:

@@ -300,6 +300,21 @@ def test_pct_first_execution_learns_k() -> None:
         run_model(scheduler, {1: 4, 2: 4, 3: 2})
 
 
+def test_pct_draws_k_from_recent_lengths_not_the_longest() -> None:
+    """Executions of differing lengths: k is one of the recent lengths, so a short execution's
+    change points fall inside it most of the time, however long the longest one was."""
+    scheduler = PCTScheduler(depth=3, seed=5)
+    assert scheduler.new_execution()
+    run_model(scheduler, {1: 400, 2: 400})  # one long execution: 800 decisions
+    drawn = []
+    for _ in range(200):
+        assert scheduler.new_execution()
+        drawn.append(scheduler.k)
+        run_model(scheduler, {1: 5, 2: 5})  # then only short ones
+    assert set(drawn) <= {10, 800}
+    assert drawn[-100:].count(10) >= 90  # the long one has left the window (or nearly)
+
+
 def test_pct_depth_one_never_preempts() -> None:
     """With d = 1 there are no change points: a task runs until it has no steps left."""
     scheduler = PCTScheduler(depth=1, seed=9)

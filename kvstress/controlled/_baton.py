@@ -1,8 +1,9 @@
 """The baton: real threads, one running at a time, the scheduler choosing which, on virtual time.
 
 Every controlled thread is a real OS thread that parks on its own lock whenever it does not
-hold the baton. At a *scheduling point* (a line of a traced module, or a cooperative primitive:
-see ``_coop``) the running thread asks the scheduler which runnable thread goes next and, if it
+hold the baton. At a *scheduling point* (a line of a traced module, the store of a
+read-modify-write inside one line: see ``rmw_points``, or a cooperative primitive: see
+``_coop``) the running thread asks the scheduler which runnable thread goes next and, if it
 is another, releases that thread's lock and parks on its own. So exactly one controlled thread
 runs at any time and the order is the scheduler's, decision by decision.
 
@@ -20,12 +21,13 @@ program does, ``run`` returns or raises.
 from __future__ import annotations
 
 import _thread
+import dis
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Collection
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, Protocol
 
 from kvstress._load import load_factor
@@ -139,6 +141,7 @@ class ThreadController:
             raise ValueError(f"stall_timeout must be a number of seconds > 0, got {stall_timeout!r}")
         self.scheduler = scheduler
         self.trace_files = frozenset(trace_files)
+        self._rmw_tracers: dict[CodeType, Callable[[FrameType, str, object], Any]] = {}
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
         if max_time is not None and not (isinstance(max_time, int | float) and max_time > 0):
@@ -465,14 +468,83 @@ class ThreadController:
     # -- the trace hook ------------------------------------------------------------------------
 
     def _trace_call(self, frame: FrameType, event: str, arg: object) -> Any:
-        if frame.f_code.co_filename in self.trace_files:
+        code = frame.f_code
+        if code.co_filename not in self.trace_files:
+            return None
+        points = rmw_points(code)
+        if not points:
             return self._trace_line
-        return None
+        tracer = self._rmw_tracers.get(code)
+        if tracer is None:
+            tracer = self._rmw_tracers[code] = self._rmw_tracer(points)
+        frame.f_trace_opcodes = True
+        frame.f_trace = tracer  # needed on 3.13 for opcode events to start in this frame
+        return tracer
 
     def _trace_line(self, frame: FrameType, event: str, arg: object) -> Any:
         if event == "line":
             self.yield_point()
         return self._trace_line
+
+    def _rmw_tracer(self, points: frozenset[int]) -> Callable[[FrameType, str, object], Any]:
+        yield_point = self.yield_point
+
+        def trace(frame: FrameType, event: str, arg: object) -> Any:
+            if event == "line" or (event == "opcode" and frame.f_lasti in points):
+                yield_point()
+            return trace
+
+        return trace
+
+
+_LOADS_OF = {
+    "STORE_ATTR": ("LOAD_ATTR", "LOAD_METHOD"),
+    "STORE_GLOBAL": ("LOAD_GLOBAL",),
+    "STORE_DEREF": ("LOAD_DEREF", "LOAD_CLASSDEREF"),
+    "STORE_NAME": ("LOAD_NAME",),
+}
+_SUBSCRIPT_STORES = ("STORE_SUBSCR", "DELETE_SUBSCR")
+_rmw_cache: dict[CodeType, frozenset[int]] = {}
+
+
+def rmw_points(code: CodeType) -> frozenset[int]:
+    """The offsets of the stores in ``code`` that write back, in the same line, a location the
+    line has read: ``self.count += 1``, ``block.refcount = max(block.refcount - 1, 0)``,
+    ``counts[i] -= 1``. Each is a scheduling point of its own, just before the store.
+
+    A line is one scheduling point, but one line can race with itself: CPython may switch
+    threads between the load and the store (a free-threaded build always can; a GIL build when
+    the line calls Python code, as a property or ``__iadd__`` does), and another thread's
+    update in between is lost. Other stores gain nothing from a point of their own: the line's
+    own point already orders them against every other thread's accesses.
+    """
+    found = _rmw_cache.get(code)
+    if found is None:
+        found = _rmw_cache[code] = _find_rmw_points(code)
+    return found
+
+
+def _find_rmw_points(code: CodeType) -> frozenset[int]:
+    points: set[int] = set()
+    line: int | None = None
+    loaded: set[tuple[str, object]] = set()
+    subscripted = False
+    for instruction in dis.get_instructions(code):
+        where = instruction.positions.lineno if instruction.positions is not None else None
+        if where is not None and where != line:
+            line, loaded, subscripted = where, set(), False
+        name = instruction.opname
+        if name == "BINARY_SUBSCR" or (name == "BINARY_OP" and instruction.argrepr == "[]"):
+            subscripted = True
+        elif name in _SUBSCRIPT_STORES:
+            if subscripted:
+                points.add(instruction.offset)
+        elif name in _LOADS_OF:
+            if any((load, instruction.argval) in loaded for load in _LOADS_OF[name]):
+                points.add(instruction.offset)
+        else:
+            loaded.add((name, instruction.argval))
+    return frozenset(points)
 
 
 def active_controller() -> ThreadController | None:

@@ -80,11 +80,19 @@ from kvstress.mutants._mutants_ordinary import (
 from kvstress.mutants._mutants_polling import ClampedReleasePool as ClampedReleasePool
 from kvstress.mutants._mutants_polling import CounterRacePool as CounterRacePool
 from kvstress.mutants._mutants_polling import LateZeroTestPool as LateZeroTestPool
+from kvstress.mutants._mutants_polling import PollingCheckThenPopPool as PollingCheckThenPopPool
+from kvstress.mutants._mutants_polling import PollingResetAfterOfferPool as PollingResetAfterOfferPool
+from kvstress.mutants._mutants_polling import PollingRetainLostUpdatePool as PollingRetainLostUpdatePool
 from kvstress.mutants._mutants_polling import ReservedCountPool as ReservedCountPool
 from kvstress.mutants._mutants_polling import RetainFreePool as RetainFreePool
 from kvstress.mutants._mutants_polling import UncappedBackoffPool as UncappedBackoffPool
 from kvstress.mutants._mutants_polling import ZeroBackoffPool as ZeroBackoffPool
 from kvstress.mutants._mutants_polling import ZeroMeansForeverPool as ZeroMeansForeverPool
+from kvstress.mutants._mutants_sharded import ShardedCallerStripeLockPool as ShardedCallerStripeLockPool
+from kvstress.mutants._mutants_sharded import ShardedCountOutsideLockPool as ShardedCountOutsideLockPool
+from kvstress.mutants._mutants_sharded import ShardedListBeforeResetPool as ShardedListBeforeResetPool
+from kvstress.mutants._mutants_sharded import ShardedNotifyBeforeListPool as ShardedNotifyBeforeListPool
+from kvstress.mutants._mutants_sharded import ShardedScanThenParkPool as ShardedScanThenParkPool
 from kvstress.mutants._ordinary_anyio import AnyioCapacityLimiterPool as AnyioCapacityLimiterPool
 from kvstress.mutants._ordinary_anyio import AnyioConditionPool as AnyioConditionPool
 from kvstress.mutants._ordinary_anyio import AnyioSemaphorePool as AnyioSemaphorePool
@@ -104,3 +112,4 @@ from kvstress.mutants._ordinary_trio import TrioCapacityLimiterPool as TrioCapac
 from kvstress.mutants._ordinary_trio import TrioChannelPool as TrioChannelPool
 from kvstress.mutants._ordinary_trio import TrioSemaphorePool as TrioSemaphorePool
 from kvstress.mutants._polling_pool import PollingCasPool as PollingCasPool
+from kvstress.mutants._sharded_pool import ShardedPool as ShardedPool

@@ -59,11 +59,21 @@ from kvstress.mutants._mutants_polling import (
     ClampedReleasePool,
     CounterRacePool,
     LateZeroTestPool,
+    PollingCheckThenPopPool,
+    PollingResetAfterOfferPool,
+    PollingRetainLostUpdatePool,
     ReservedCountPool,
     RetainFreePool,
     UncappedBackoffPool,
     ZeroBackoffPool,
     ZeroMeansForeverPool,
+)
+from kvstress.mutants._mutants_sharded import (
+    ShardedCallerStripeLockPool,
+    ShardedCountOutsideLockPool,
+    ShardedListBeforeResetPool,
+    ShardedNotifyBeforeListPool,
+    ShardedScanThenParkPool,
 )
 from kvstress.mutants._ordinary_anyio import (
     AnyioCapacityLimiterPool,
@@ -86,6 +96,7 @@ from kvstress.mutants._ordinary_threads import (
 )
 from kvstress.mutants._ordinary_trio import TrioCapacityLimiterPool, TrioChannelPool, TrioSemaphorePool
 from kvstress.mutants._polling_pool import PollingCasPool
+from kvstress.mutants._sharded_pool import ShardedPool
 
 ORDINARY_POOLS: tuple[type, ...] = (
     # asyncio
@@ -113,7 +124,13 @@ ORDINARY_POOLS: tuple[type, ...] = (
 )
 """Correct pools written the way developers write them, each on one standard primitive."""
 
-CORRECT_POOLS: tuple[type, ...] = (CondvarPool, PollingCasPool, AsyncConditionPool, *ORDINARY_POOLS)
+CORRECT_POOLS: tuple[type, ...] = (
+    CondvarPool,
+    PollingCasPool,
+    ShardedPool,
+    AsyncConditionPool,
+    *ORDINARY_POOLS,
+)
 
 
 def backends_of(pool: type) -> tuple[str, ...]:
@@ -145,6 +162,15 @@ MUTANTS: tuple[type, ...] = (
     ZeroBackoffPool,
     UncappedBackoffPool,
     RetainFreePool,
+    PollingResetAfterOfferPool,
+    PollingCheckThenPopPool,
+    PollingRetainLostUpdatePool,
+    # ShardedPool (threads, striped free lists)
+    ShardedCountOutsideLockPool,
+    ShardedScanThenParkPool,
+    ShardedListBeforeResetPool,
+    ShardedCallerStripeLockPool,
+    ShardedNotifyBeforeListPool,
     # AsyncConditionPool (anyio: asyncio and trio)
     AsyncResetAfterOfferPool,
     AsyncTakeThenYieldPool,

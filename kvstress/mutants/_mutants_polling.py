@@ -112,3 +112,47 @@ class RetainFreePool(PollingCasPool):
             if block.state is BlockState.RELEASING:  # BUG: should refuse every state but held ones
                 raise ValueError(f"retain needs a held block, got block {block.id} {block.state.name}")
             block.refcount += 1
+
+
+class PollingResetAfterOfferPool(PollingCasPool):
+    """Release marks the block FREE and queues its id, and only then zeroes it (the memset kept
+    off the queue's path): a poller in between claims the old K/V, or has its own zeroed."""
+
+    expected = ("dirty-read", "shared-block")
+
+    def release(self, block: Block) -> bool:
+        if not self._unpin(block):
+            return False
+        self._cas(block, BlockState.RELEASING, BlockState.FREE)
+        self._push(block)
+        self._reset(block)  # BUG: the id is already in the queue
+        return True
+
+
+class PollingCheckThenPopPool(PollingCasPool):
+    """A poll looks at the queue, and pops only when it saw an id, to skip raising IndexError
+    on every empty poll: another poller may take the last id in between (IndexError)."""
+
+    expected = ("crash",)
+
+    def _poll(self) -> Block | None:
+        if not self._free:
+            return None
+        block_id = self._free.popleft()  # BUG: the queue may have been emptied since the check
+        self._add_count(-1)
+        return self._claim(self._blocks[block_id])
+
+
+class PollingRetainLostUpdatePool(PollingCasPool):
+    """Retain reads the refcount before taking the block's lock and writes ``read + 1`` under
+    it: a sharer's release in between is undone (the block is never returned), and another
+    retain in between is lost (the block is returned while a sharer still holds it)."""
+
+    expected = ("refcount", "lost-block", "shared-block")
+
+    def retain(self, block: Block) -> None:
+        count = block.refcount  # BUG: read outside the compare-and-set
+        with self._claims[block.id]:
+            if block.state not in HELD or count < 1:
+                raise ValueError(f"retain needs a held block, got block {block.id} {block.state.name}")
+            block.refcount = count + 1

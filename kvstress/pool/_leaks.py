@@ -180,9 +180,7 @@ def _caller_stack(limit: int = 12) -> _Frames:
     their source lines (``traceback.extract_stack``) costs milliseconds the first time each file
     is read. Lines are looked up only when a stack is shown (``_format``)."""
     frames: list[tuple[str, int, str]] = []
-    frame: FrameType | None = sys._getframe(
-        1
-    )  # documented; traceback.walk_stack uses it
+    frame: FrameType | None = sys._getframe(1)  # documented; traceback.walk_stack uses it
     while frame is not None and len(frames) < limit:
         code = frame.f_code
         if not code.co_filename.startswith(_POOL_DIR):
