@@ -150,7 +150,7 @@ def test_generated_programs_start_with_an_acquire_and_cancel_only_when_async() -
     threaded = generate(random.Random(1), workers=3, length=40, cancel=False)
     assert threaded.programs[0][0][0] == "acquire"
     # The others start with an acquire too, or wait for the block worker 0 shares (see below).
-    assert all(p[0][0] in ("acquire", "pause") for p in threaded.programs)
+    assert all(p[0][0] in ("acquire", "wait") for p in threaded.programs)
     assert not any(kind == "cancel" for p in threaded.programs for kind, _ in p)
     both = generate(random.Random(1), workers=3, length=40, cancel=True)
     assert any(kind == "cancel" for p in both.programs for kind, _ in p)
@@ -248,13 +248,36 @@ def test_hypothesis_drives_the_thread_baton_and_its_failure_replays() -> None:
 
 
 def test_some_scenarios_open_with_one_block_shared_by_all() -> None:
-    """About a quarter open with worker 0 sharing one block with every other, who then release it."""
+    """About a quarter open with worker 0 sharing one block with every other, who wait for it
+    and then release it: at once (racing worker 0's next share), or all at one instant."""
     import random
 
-    from kvstress.scenarios._programs import SHARED_SHARE
+    from kvstress.scenarios._programs import HANDOFF_WAIT, SHARED_SHARE
 
     rng = random.Random(3)
     drawn = [generate(rng, workers=3, length=6, cancel=False) for _ in range(400)]
     shared = [s for s in drawn if s.programs[0][:3] == (("acquire", 0.0), ("share", 1), ("share", 2))]
     assert abs(len(shared) / len(drawn) - SHARED_SHARE) < 0.08
-    assert all(s.programs[1][1] == ("release", None) for s in shared)
+    assert all(s.programs[1][0] == ("wait", HANDOFF_WAIT) for s in shared)
+    at_once = [s for s in shared if s.programs[1][1] == ("release", None)]
+    together = [s for s in shared if s.programs[1][1][0] == "sleep" and s.programs[1][2] == ("release", None)]
+    assert len(at_once) + len(together) == len(shared) and at_once and together
+
+
+def test_a_peer_of_the_shared_opening_releases_only_once_it_holds_the_block() -> None:
+    """Whatever the schedule, a peer parked on its hand-off releases the shared block: the run
+    ends with the block FREE and every peer's release in the history."""
+    from kvstress.mutants import CondvarPool
+    from kvstress.scenarios._programs import SHARED_SHARE
+
+    config = ScenarioConfig(CondvarPool, is_async=False, workers=3, length=4)
+    shared = 0
+    for seed in range(40):
+        record = run_execution(config, RandomScheduler(seed=seed))
+        assert record.failure is None
+        programs = record.scenario.programs if record.scenario else ()
+        if programs and programs[0][:2] == (("acquire", 0.0), ("share", 1)):
+            shared += 1
+            releasers = {op.worker for op in record.history if op.name == "release"}
+            assert set(record.scenario.workers) <= releasers  # type: ignore[union-attr]
+    assert shared >= 40 * SHARED_SHARE / 3

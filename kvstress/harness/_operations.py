@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -42,6 +43,7 @@ class Operations:
     virtual_time: bool  # the clock is virtual: no GC time to discount, no CPU to measure
     clock: Callable[[], float] | None = None  # the harness clock; None: the loop's, or monotonic
     thread_pause: Callable[[float], None] = staticmethod(time.sleep)  # a threaded pause step
+    thread_event: Callable[[], Any] = staticmethod(threading.Event)  # what a threaded "wait" parks on
     _workers: dict[str, ThreadWorker]
     release_calls: int = 0  # releases called so far, by anyone
     _last_stamp: float = float("-inf")
@@ -124,6 +126,7 @@ class Operations:
         await self._call(index, "retain", self.pool.retain, handle)
         self.history.end(index, self._stamp(), "ok")
         tenancy = self.ledger.share(block_id, to_holder)
+        self._handed(to_holder).set()
         if self.sequential:
             checkers.check_refcount(block_id, self._refcount(handle), tenancy.total_refs, "retain")
         else:
@@ -304,6 +307,29 @@ class Operations:
                 await anyio.sleep(0)
             else:
                 self.thread_pause(0)
+
+    def _handed(self, holder: str) -> Any:
+        """The event a share to ``holder`` sets (what a "wait" step of ``holder`` parks on)."""
+        events: dict[str, Any] = self.__dict__.setdefault("_handed_events", {})
+        event = events.get(holder)
+        if event is None:
+            event = events.setdefault(holder, anyio.Event() if self.is_async else self.thread_event())
+        return event
+
+    async def wait_handed(self, holder: str, seconds: float) -> None:
+        """Park until a peer shares a block with ``holder``, at most ``seconds``."""
+        event = self._handed(holder)
+        if self.is_async:
+            with anyio.move_on_after(seconds):
+                await event.wait()
+        else:
+            event.wait(seconds)
+
+    async def _sleep(self, seconds: float) -> None:
+        if self.is_async:
+            await anyio.sleep(seconds)
+        else:
+            self.thread_pause(seconds)
 
     def _bound(self, timeout: float | None) -> float:
         return (timeout or 0.0) + self.backoff_bound + self.timing.slack + self.timing.hang_bound

@@ -120,8 +120,8 @@ class Scenarios(Operations):
 
     async def run_program(self, holder: str, program: Sequence[tuple[str, Any]]) -> None:
         """One batch worker's program. Steps: acquire(timeout) (+ mark, write), release,
-        share(peer), verify, pause(n), cancel(peer) (async: cancel the peer's acquire or release
-        in flight)."""
+        share(peer), verify, pause(n), sleep(seconds), wait(seconds) (until the worker holds a
+        block), cancel(peer) (async: cancel the peer's acquire or release in flight)."""
         for kind, arg in program:
             mine = self.ledger.held_by(holder)
             if kind == "acquire":
@@ -149,6 +149,10 @@ class Scenarios(Operations):
                 await self.op_verify(holder, mine[-1])
             elif kind == "pause":
                 await self._pause(arg)
+            elif kind == "sleep":
+                await self._sleep(arg)
+            elif kind == "wait" and not mine:
+                await self.wait_handed(holder, arg)
 
     async def _batch_tasks(self, holders: list[str], programs: Sequence[Sequence[tuple[str, Any]]]) -> None:
         try:

@@ -13,6 +13,7 @@ a deadlock, a spin or a stuck thread becomes a ``hang`` (or ``busy-wait``) viola
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from kvstress.controlled import (
     spawn,
 )
 from kvstress.controlled._baton import active_controller
+from kvstress.controlled._coop import Event as CoopEvent
 from kvstress.controlled._coop import sleep as coop_sleep
 from kvstress.controlled._patch import loop_clock, resolve_modules
 from kvstress.controlled._threads import run_threads
@@ -44,7 +46,7 @@ from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import run_to_completion
 from kvstress.harness._scenarios import Scenarios, first_violation
 from kvstress.linearize import check_history
-from kvstress.scenarios._programs import TIMEOUTS, Scenario, generate
+from kvstress.scenarios._programs import TIMEOUTS, Scenario, draw
 from kvstress.schedulers import Scheduler
 
 VIRTUAL_TIMING = TimingPolicy(slack=1e-6, early_tolerance=1e-6, early_ratio=0.0)
@@ -115,6 +117,7 @@ class ScenarioOps(Scenarios):
         self.virtual_time = virtual
         self.clock = clock
         self.thread_pause = coop_sleep if virtual else time.sleep
+        self.thread_event = CoopEvent if virtual else threading.Event
         self._workers = {}
         self._scopes = {}
         self.backoff_bound = self.timing.backoff_bound_of(pool)
@@ -243,7 +246,7 @@ def time_bound(config: ScenarioConfig) -> float:
 
 def draw_scenario(config: ScenarioConfig, seed: int) -> Scenario:
     """The scenario an execution runs, from one random value."""
-    return generate(random.Random(seed), workers=config.workers, length=config.length, cancel=config.is_async)
+    return draw(random.Random(seed), workers=config.workers, length=config.length, cancel=config.is_async)
 
 
 def build_pool(config: ScenarioConfig) -> Any:

@@ -8,6 +8,9 @@ A step is ``(kind, argument)``, as ``Scenarios.run_program`` runs it:
 - ``("share", peer)``: retain the newest block and hand the new reference to worker ``peer``;
 - ``("verify", None)``: the newest block's canary is intact;
 - ``("pause", n)``: ``n`` scheduling points;
+- ``("sleep", seconds)``: sleep (virtual time moves, the others run);
+- ``("wait", seconds)``: unless the worker holds a block, park until a peer shares one with it,
+  at most ``seconds``;
 - ``("cancel", peer)``: (async) cancel ``peer``'s acquire if one is in flight.
 
 Acquires always have a finite timeout: a worker waiting forever for a block another worker keeps
@@ -29,6 +32,13 @@ TIMEOUTS = (0.0, 0.01, 0.05, 0.2)
 
 SHARED_SHARE = 0.25
 """The share of scenarios that open with one block shared by every worker (see ``generate``)."""
+
+SMALL_SHARE = 0.3
+"""The share of scenarios drawn with two workers of three steps (``draw``): short executions,
+in which each preemption PCT places is more likely to be the one a shallow race needs."""
+
+HANDOFF_WAIT = 0.05
+"""Seconds a peer of the shared opening waits for its reference before it goes on without."""
 
 _WEIGHTS = {"acquire": 34, "release": 26, "share": 10, "verify": 10, "pause": 12, "cancel": 8}
 
@@ -55,7 +65,12 @@ class Scenario:
     def total_timeout(self) -> float:
         """Seconds every acquire would wait if each timed out, one after another: no run of the
         scenario needs longer, but for the pool's own lateness."""
-        return sum(float(arg or 0) for program in self.programs for kind, arg in program if kind == "acquire")
+        return sum(
+            float(arg or 0)
+            for program in self.programs
+            for kind, arg in program
+            if kind in ("acquire", "sleep", "wait")
+        )
 
     def to_json(self) -> list[list[list[Any]]]:
         """A JSON-ready form."""
@@ -67,9 +82,12 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool) -> 
 
     Mostly, every program starts with an acquire, so each worker holds something to share and
     release. One scenario in ``SHARED_SHARE`` starts from one block shared by all: worker 0
-    acquires it and hands a reference to each other worker, and they all release it at about
-    the same time. Races on a refcount (a lost update, a zero test outside the lock) need two
-    holders of one block releasing together, which random programs seldom line up.
+    acquires it and hands a reference to each other worker, each peer parked until its
+    reference comes. Races on a refcount (a lost update, a zero test outside the lock) need two
+    holders of one block releasing together, or a release racing a share, which random programs
+    seldom line up. In half of these openings every holder then sleeps a little, and all
+    release at the same instant; in the other half each peer releases as soon as it has its
+    reference, racing worker 0's next share and its own release.
     """
     if type(workers) is not int or not 1 <= workers <= 16:
         raise ValueError(f"workers must be an int in [1, 16], got {workers!r}")
@@ -78,10 +96,11 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool) -> 
     kinds = [k for k in _WEIGHTS if cancel or k != "cancel"]
     weights = [_WEIGHTS[k] for k in kinds]
     shared = workers > 1 and length >= 3 and rng.random() < SHARED_SHARE
+    together = shared and rng.random() < 0.5
     programs = []
     for me in range(workers):
         steps: list[Step] = (
-            _shared_opening(rng, me, workers) if shared else [("acquire", rng.choice(TIMEOUTS))]
+            _shared_opening(rng, me, workers, together) if shared else [("acquire", rng.choice(TIMEOUTS))]
         )
         while len(steps) < length:
             steps.append(_draw(rng, rng.choices(kinds, weights)[0], me, workers))
@@ -89,10 +108,20 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool) -> 
     return Scenario(tuple(programs))
 
 
-def _shared_opening(rng: random.Random, me: int, workers: int) -> list[Step]:
+def draw(rng: random.Random, *, workers: int, length: int, cancel: bool) -> Scenario:
+    """``generate``, but one scenario in ``SMALL_SHARE`` has two workers of three steps (when
+    ``workers`` and ``length`` are larger than that)."""
+    if workers > 2 and length > 3 and rng.random() < SMALL_SHARE:
+        workers, length = 2, 3
+    return generate(rng, workers=workers, length=length, cancel=cancel)
+
+
+def _shared_opening(rng: random.Random, me: int, workers: int, together: bool) -> list[Step]:
+    shares: list[Step] = [("share", peer) for peer in range(1, workers)]
+    settle: list[Step] = [("sleep", HANDOFF_WAIT / 50)] if together else []
     if me == 0:
-        return [("acquire", 0.0), *(("share", peer) for peer in range(1, workers)), ("release", None)]
-    return [("pause", rng.randint(workers, workers + 2)), ("release", None)]
+        return [("acquire", 0.0), *shares, *settle, ("release", None)]
+    return [("wait", HANDOFF_WAIT), *settle, ("release", None)]
 
 
 def _draw(rng: random.Random, kind: str, me: int, workers: int) -> Step:
@@ -110,6 +139,6 @@ def _step_text(step: Step) -> str:
     kind, arg = step
     if kind in ("share", "cancel"):
         return f"{kind}(b{arg})"
-    if kind in ("acquire", "pause"):
+    if kind in ("acquire", "pause", "sleep", "wait"):
         return f"{kind}({arg:g})"
     return kind
