@@ -1,8 +1,9 @@
 """Replay a failure report: the recorded schedule (or seed) on the recorded pool, once more.
 
-A controlled failure replays exactly from its schedule string, so one run says whether it
-recurs. Free-running stress and the state machine on real threads can only re-run their seed;
-they are tried several times and the answer is a reproduction rate.
+A controlled failure replays exactly from its schedule string, and a contract failure from its
+fixed program, so one run says whether it recurs. Free-running stress and the state machine on
+real threads can only re-run their seed; they are tried several times and the answer is a
+reproduction rate.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvstress.fuzz._contract import run_contract
 from kvstress.fuzz._slices import run_machine, scenario_config
 from kvstress.fuzz._target import FuzzTarget, load_target
 from kvstress.scenarios import replay, run_stress_execution
 from kvstress.schedulers import ScheduleDivergence
 
-KINDS = ("scenario", "stress", "machine")
+KINDS = ("scenario", "stress", "machine", "contract")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,15 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
     invariant = report["invariant"]
     if kind == "scenario":
         return _replay_schedule(target, report, invariant)
+    if kind == "contract":
+        violation, _ = run_contract(target)
+        if violation is None:
+            return ReplayOutcome(
+                invariant, 1, 0, "the contract program ran clean: the pool no longer fails it"
+            )
+        if violation.invariant != invariant:
+            return ReplayOutcome(invariant, 1, 0, f"it failed differently: {violation}")
+        return ReplayOutcome(invariant, 1, 1, "exact replay of the fixed contract program")
     if kind == "stress":
         hits = sum(_stress_hit(target, report["seed"], invariant) for _ in range(tries))
         return ReplayOutcome(invariant, tries, hits, "free-running: a reproduction rate, not an exact replay")

@@ -1,7 +1,8 @@
 """The fuzzing loop: spend a budget in seeded slices across strategies; stop at the first violation.
 
-Slice ``i`` of stream ``s`` runs strategy ``mix[i % len(mix)]`` with a seed derived from
-(seed, s, i), so a run is a function of its seed, and streams (``--workers``, ``--shard``)
+The mix's fixed programs (``ONCE``: the sequential contract) run first, once; then slice ``i``
+of stream ``s`` runs the rest of the mix in turn, with a seed derived from (seed, s, i), so a
+run is a function of its seed, and streams (``--workers``, ``--shard``)
 never repeat each other's seeds. The default mix puts the controlled strategies first: on the
 planted-bug corpus they find what they can in milliseconds, the state machine covers misuse,
 double release and the sequential contract, and free-running stress covers what the models
@@ -27,7 +28,9 @@ from kvstress.fuzz._slices import STRATEGIES, Finding, run_slice
 from kvstress.fuzz._target import FuzzTarget
 from kvstress.reports import versions, write_report
 
-DEFAULT_MIX = ("pct", "machine", "random", "pct", "stress")
+DEFAULT_MIX = ("contract", "pct", "machine", "random", "pct", "stress")
+ONCE = frozenset({"contract"})
+"""Strategies that are one fixed program: they run once, first, and then leave the cycle."""
 SLICE_S = 1.0
 
 log = get_logger("kvstress.fuzz")
@@ -143,7 +146,9 @@ def _loop(
             and not (stop is not None and stop.is_set())
             and not ctrl_c.is_set()
         ):
-            strategy = mix[index % len(mix)]
+            strategy = _strategy_at(mix, index)
+            if strategy is None:
+                break
             if on_progress is not None:
                 on_progress(Progress(elapsed, budget_s, executions, operations, strategy))
             seed_i = slice_seed(seed, stream, index)
@@ -176,6 +181,16 @@ def _loop(
         return FuzzOutcome(executions, operations, time.monotonic() - start, interrupted=True)
     log.info("fuzz.done", executions=executions, operations=operations)
     return FuzzOutcome(executions, operations, time.monotonic() - start)
+
+
+def _strategy_at(mix: Sequence[str], index: int) -> str | None:
+    """Slice ``index``'s strategy: the fixed programs first, then the others in turn (None: the
+    mix was fixed programs only, and they have run)."""
+    first = [s for s in mix if s in ONCE]
+    cycle = [s for s in mix if s not in ONCE]
+    if index < len(first):
+        return first[index]
+    return cycle[(index - len(first)) % len(cycle)] if cycle else None
 
 
 @contextlib.contextmanager

@@ -1,10 +1,11 @@
 """One slice of a fuzzing budget, per strategy: run it for a while and say what it found.
 
-Strategies: ``pct`` and ``random`` (controlled scenarios: threads under the baton, async pools
-on the controlled loop, or seeded trio), ``machine`` (the Hypothesis state machine: sequential
-rules, misuse, double release and concurrent batches on real threads or a real loop) and
-``stress`` (free-running threads or tasks, with noise). A slice is seeded, so a finding
-carries what replays it.
+Strategies: ``contract`` (one fixed sequential program of misuse: see ``_contract``), ``pct``
+and ``random`` (controlled scenarios: threads under the baton, async pools on the controlled
+loop, or seeded trio), ``machine`` (the Hypothesis state machine: sequential rules, misuse,
+double release and concurrent batches on real threads or a real loop) and ``stress``
+(free-running threads or tasks, with noise). A slice is seeded, so a finding carries what
+replays it.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
+from kvstress.fuzz._contract import PROGRAM, run_contract
 from kvstress.fuzz._target import FuzzTarget
 from kvstress.machines import PoolMachine, pool_machine
 from kvstress.scenarios import ScenarioConfig, search, stress
 from kvstress.schedulers import PCTScheduler, RandomScheduler, Scheduler
 
-STRATEGIES = ("pct", "random", "machine", "stress")
+STRATEGIES = ("contract", "pct", "random", "machine", "stress")
 MACHINE_HANG_BOUND = 1.0  # seconds; a hung pool costs this per hang, and shrinking replays it
 MACHINE_EXAMPLES = 10  # examples per Hypothesis run within a slice
 MACHINE_SHRINK_CAP_S = 30.0
@@ -310,7 +312,27 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
     return result
 
 
+def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
+    # One fixed program: the seed, the budget and shrinking do not apply.
+    start = time.monotonic()
+    violation, program = run_contract(target)
+    if violation is None:
+        return SliceResult(1, len(PROGRAM.splitlines()) - 2)
+    finding = Finding(
+        violation,
+        "contract",
+        0,
+        time.monotonic() - start,
+        "contract",
+        history=violation.history,
+        blocks=violation.blocks,
+        program=program,
+    )
+    return SliceResult(1, len(violation.history), finding)
+
+
 _RUNNERS: dict[str, _Runner] = {
+    "contract": _contract,
     "pct": _controlled(lambda seed: PCTScheduler(depth=3, seed=seed), "pct"),
     "random": _controlled(lambda seed: RandomScheduler(seed=seed), "random"),
     "machine": _machine,

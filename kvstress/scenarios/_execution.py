@@ -246,7 +246,13 @@ def time_bound(config: ScenarioConfig) -> float:
 
 def draw_scenario(config: ScenarioConfig, seed: int) -> Scenario:
     """The scenario an execution runs, from one random value."""
-    return draw(random.Random(seed), workers=config.workers, length=config.length, cancel=config.is_async)
+    return draw(
+        random.Random(seed),
+        workers=config.workers,
+        length=config.length,
+        cancel=config.is_async,
+        blocks=config.num_blocks,
+    )
 
 
 def build_pool(config: ScenarioConfig) -> Any:

@@ -37,6 +37,12 @@ SMALL_SHARE = 0.3
 """The share of scenarios drawn with two workers of three steps (``draw``): short executions,
 in which each preemption PCT places is more likely to be the one a shallow race needs."""
 
+DRAIN_SHARE = 0.15
+"""The share of scenarios that open by draining the pool (see ``generate``)."""
+
+DRAIN_MAX_BLOCKS = 4
+"""The most blocks a draining opening takes; a larger pool gets none."""
+
 HANDOFF_WAIT = 0.05
 """Seconds a peer of the shared opening waits for its reference before it goes on without."""
 
@@ -77,8 +83,9 @@ class Scenario:
         return [[[kind, arg] for kind, arg in program] for program in self.programs]
 
 
-def generate(rng: random.Random, *, workers: int, length: int, cancel: bool) -> Scenario:
-    """Draw ``workers`` programs of ``length`` steps each; ``cancel`` allows cancel steps (async).
+def generate(rng: random.Random, *, workers: int, length: int, cancel: bool, blocks: int = 2) -> Scenario:
+    """Draw ``workers`` programs of ``length`` steps each; ``cancel`` allows cancel steps (async);
+    ``blocks`` is the pool's size.
 
     Mostly, every program starts with an acquire, so each worker holds something to share and
     release. One scenario in ``SHARED_SHARE`` starts from one block shared by all: worker 0
@@ -88,6 +95,12 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool) -> 
     seldom line up. In half of these openings every holder then sleeps a little, and all
     release at the same instant; in the other half each peer releases as soon as it has its
     reference, racing worker 0's next share and its own release.
+
+    One scenario in ``DRAIN_SHARE`` (for a pool of at most ``DRAIN_MAX_BLOCKS`` blocks) opens
+    by draining the pool: worker 0 takes every block, sleeps a little while the others wait in
+    acquire, and gives them all back in a row. Wake-up bugs (a release that notifies only when
+    the queue was empty, a notification sent before the block is listed) need several waiters
+    and several releases in a row.
     """
     if type(workers) is not int or not 1 <= workers <= 16:
         raise ValueError(f"workers must be an int in [1, 16], got {workers!r}")
@@ -95,25 +108,45 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool) -> 
         raise ValueError(f"length must be an int >= 1, got {length!r}")
     kinds = [k for k in _WEIGHTS if cancel or k != "cancel"]
     weights = [_WEIGHTS[k] for k in kinds]
-    shared = workers > 1 and length >= 3 and rng.random() < SHARED_SHARE
+    opening = rng.random()
+    shared = workers > 1 and length >= 3 and opening < SHARED_SHARE
     together = shared and rng.random() < 0.5
+    drain = (
+        workers > 1
+        and 1 <= blocks <= DRAIN_MAX_BLOCKS
+        and SHARED_SHARE <= opening < SHARED_SHARE + DRAIN_SHARE
+    )
     programs = []
     for me in range(workers):
-        steps: list[Step] = (
-            _shared_opening(rng, me, workers, together) if shared else [("acquire", rng.choice(TIMEOUTS))]
-        )
+        steps: list[Step]
+        if shared:
+            steps = _shared_opening(rng, me, workers, together)
+        elif drain:
+            steps = _drain_opening(rng, me, blocks)
+        else:
+            steps = [("acquire", rng.choice(TIMEOUTS))]
         while len(steps) < length:
             steps.append(_draw(rng, rng.choices(kinds, weights)[0], me, workers))
         programs.append(tuple(steps))
     return Scenario(tuple(programs))
 
 
-def draw(rng: random.Random, *, workers: int, length: int, cancel: bool) -> Scenario:
+def draw(rng: random.Random, *, workers: int, length: int, cancel: bool, blocks: int = 2) -> Scenario:
     """``generate``, but one scenario in ``SMALL_SHARE`` has two workers of three steps (when
     ``workers`` and ``length`` are larger than that)."""
     if workers > 2 and length > 3 and rng.random() < SMALL_SHARE:
         workers, length = 2, 3
-    return generate(rng, workers=workers, length=length, cancel=cancel)
+    return generate(rng, workers=workers, length=length, cancel=cancel, blocks=blocks)
+
+
+def _drain_opening(rng: random.Random, me: int, blocks: int) -> list[Step]:
+    if me == 0:
+        return [
+            *[("acquire", 0.0)] * blocks,
+            ("sleep", HANDOFF_WAIT / 50),
+            *[("release", None)] * blocks,
+        ]
+    return [("acquire", rng.choice(TIMEOUTS[2:]))]  # long enough to be waiting when they come
 
 
 def _shared_opening(rng: random.Random, me: int, workers: int, together: bool) -> list[Step]:

@@ -1,0 +1,69 @@
+"""The sequential contract, first: one fixed program of the misuse a user's first test tries.
+
+Before any search, a fuzz run (the default mix) drives the pool once through the state
+machine's own rules, in one fixed order: acquire, mark, share, both releases, a double release,
+a retain and a mark through the released handle, with the quiescent check after each step.
+It costs milliseconds, and a pool that clamps a double release or accepts a retain on a FREE
+block fails it at once, where the state machine's random programs take a second or more to try
+that misuse. Nothing is random, so its report replays exactly.
+"""
+
+from __future__ import annotations
+
+from kvstress._violation import InvariantViolation
+from kvstress.checkers import TimingPolicy
+from kvstress.fuzz._target import FuzzTarget
+from kvstress.machines import pool_machine
+
+CONTRACT_HANG_BOUND = 1.0  # seconds: an operation of the program that never returns is a hang
+
+PROGRAM = """\
+state = {machine}()
+blocks_0 = state.acquire(holder='h0', timeout=0)
+state.mark_in_use(ref=blocks_0)
+blocks_1 = state.share(ref=blocks_0, to='h1')
+retired_0 = state.release(ref=blocks_1)
+retired_1 = state.release(ref=blocks_0)
+state.double_release(ref=retired_1)
+state.misuse(ref=retired_1, operation='retain')
+state.misuse(ref=retired_1, operation='mark_in_use')
+state.teardown()"""
+"""The program, as the state machine prints one (``{machine}``: the machine's class name)."""
+
+
+def run_contract(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
+    """Run ``PROGRAM`` on ``target``'s pool: the violation it ends with (or None), and the
+    program's text for a report."""
+    machine = pool_machine(
+        target.factory,
+        num_blocks=target.num_blocks,
+        block_shape=target.block_shape,
+        backend=target.backend,
+        timing=TimingPolicy(hang_bound=CONTRACT_HANG_BOUND),
+        batches=False,
+    )
+    program = PROGRAM.format(machine=machine.__name__)
+    state = machine()
+    try:
+        blocks_0 = state.acquire(holder="h0", timeout=0)
+        state.pool_is_consistent()
+        state.mark_in_use(ref=blocks_0)
+        state.pool_is_consistent()
+        blocks_1 = state.share(ref=blocks_0, to="h1")
+        state.pool_is_consistent()
+        state.release(ref=blocks_1)
+        state.pool_is_consistent()
+        retired_1 = state.release(ref=blocks_0)
+        state.pool_is_consistent()
+        state.double_release(ref=retired_1)
+        state.pool_is_consistent()
+        state.misuse(ref=retired_1, operation="retain")
+        state.pool_is_consistent()
+        state.misuse(ref=retired_1, operation="mark_in_use")
+        state.pool_is_consistent()
+    finally:
+        try:
+            state.teardown()
+        except InvariantViolation as violation:
+            return violation, program
+    return None, program

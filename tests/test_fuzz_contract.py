@@ -1,0 +1,70 @@
+"""The sequential contract: a fixed misuse program that runs first, once, and replays exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvstress.fuzz import DEFAULT_MIX, fuzz
+from kvstress.fuzz._contract import run_contract
+from kvstress.fuzz._replay import replay_report
+from kvstress.fuzz._run import _strategy_at
+from kvstress.fuzz._target import load_target
+from kvstress.mutants import AsyncConditionPool, ClampedReleasePool, CondvarPool, RetainFreePool
+
+
+@pytest.mark.parametrize(
+    ("pool", "invariant"),
+    [(ClampedReleasePool, "double-release"), (RetainFreePool, "illegal-transition")],
+)
+def test_the_contract_catches_misuse_the_pool_accepts(pool: type, invariant: str) -> None:
+    """A double release that returns True, a retain on a FREE block that does not raise."""
+    violation, program = run_contract(load_target(f"kvstress.mutants:{pool.__qualname__}"))
+    assert violation is not None and violation.invariant == invariant
+    assert program.startswith(f"state = {pool.__qualname__}Machine()")
+    assert program.endswith("state.teardown()")
+    assert violation.history  # the operations, as the machine records them
+
+
+@pytest.mark.parametrize("spec", ["kvstress:ThreadedBlockPool", "kvstress:AsyncBlockPool"])
+def test_the_contract_is_silent_on_correct_pools(spec: str) -> None:
+    """Our pools and the corpus's keep the contract, on every backend they run on."""
+    assert run_contract(load_target(spec))[0] is None
+    for pool in (CondvarPool, AsyncConditionPool):
+        for backend in ("asyncio", "trio"):
+            target = load_target(f"kvstress.mutants:{pool.__qualname__}", backend=backend)
+            assert run_contract(target)[0] is None
+
+
+def test_the_contract_runs_first_and_once() -> None:
+    """The default mix starts with the contract and never returns to it; a mix of fixed
+    programs only ends once they have run."""
+    assert DEFAULT_MIX[0] == "contract"
+    order = [_strategy_at(DEFAULT_MIX, i) for i in range(12)]
+    assert order[0] == "contract" and "contract" not in order[1:]
+    assert order[1:6] == ["pct", "machine", "random", "pct", "stress"]
+    assert _strategy_at(("contract",), 0) == "contract"
+    assert _strategy_at(("contract",), 1) is None
+    assert _strategy_at(("pct",), 5) == "pct"
+
+
+def test_a_contract_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None:
+    """The report names the contract and carries its program; replay runs it once more."""
+    target = load_target("kvstress.mutants:ClampedReleasePool")
+    outcome = fuzz(target, budget_s=10, report_dir=tmp_path)
+    assert outcome.finding is not None and outcome.report is not None
+    report = json.loads(outcome.report.read_text())
+    assert report["strategy"] == "contract" and report["config"]["kind"] == "contract"
+    assert "state.double_release(ref=retired_1)" in report["program"]
+    again = replay_report(report)
+    assert again.reproduced and again.tries == 1
+
+
+def test_a_contract_only_mix_ends_when_the_program_has_run(tmp_path: Path) -> None:
+    """``--strategy contract`` runs the program and stops, clean, well inside its budget."""
+    outcome = fuzz(
+        load_target("kvstress:ThreadedBlockPool"), budget_s=60, mix=("contract",), report_dir=tmp_path
+    )
+    assert outcome.finding is None and outcome.executions == 1 and outcome.elapsed_s < 30
