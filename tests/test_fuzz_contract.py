@@ -38,16 +38,19 @@ def test_the_contract_is_silent_on_correct_pools(spec: str) -> None:
             assert run_contract(target)[0] is None
 
 
-def test_the_contract_runs_first_and_once() -> None:
-    """The default mix starts with the contract and never returns to it; a mix of fixed
-    programs only ends once they have run."""
-    assert DEFAULT_MIX[0] == "contract"
+def test_the_contract_runs_once_after_a_short_first_slice() -> None:
+    """The default mix: a short PCT slice, the contract, then the search strategies in turn,
+    never the contract again; a mix of fixed programs only ends once they have run."""
+    from kvstress.fuzz._run import FIRST_SLICE_S, SLICE_S, _slice_s
+
     order = [_strategy_at(DEFAULT_MIX, i) for i in range(12)]
-    assert order[0] == "contract" and "contract" not in order[1:]
-    assert order[1:6] == ["pct", "machine", "random", "pct", "stress"]
+    assert order[:7] == ["pct", "contract", "machine", "random", "pct", "stress", "pct"]
+    assert "contract" not in order[2:]
+    assert [_slice_s(DEFAULT_MIX, i) for i in range(3)] == [FIRST_SLICE_S, SLICE_S, SLICE_S]
     assert _strategy_at(("contract",), 0) == "contract"
     assert _strategy_at(("contract",), 1) is None
-    assert _strategy_at(("pct",), 5) == "pct"
+    assert [_strategy_at(("pct", "random"), i) for i in range(3)] == ["pct", "random", "pct"]
+    assert _slice_s(("pct", "random"), 0) == SLICE_S
 
 
 def test_a_contract_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """The fuzzing loop: spend a budget in seeded slices across strategies; stop at the first violation.
 
-The mix's fixed programs (``ONCE``: the sequential contract) run first, once; then slice ``i``
-of stream ``s`` runs the rest of the mix in turn, with a seed derived from (seed, s, i), so a
-run is a function of its seed, and streams (``--workers``, ``--shard``)
+The mix's fixed programs (``ONCE``: the sequential contract) run once, after a short first
+slice of the first search strategy (``FIRST_SLICE_S``: most races fall to PCT within it, and a
+pool that hangs in the contract costs its whole hang bound); the others take slices in turn.
+Slice ``i`` of stream ``s`` has a seed derived from (seed, s, i), so a run is a function of
+its seed, and streams (``--workers``, ``--shard``)
 never repeat each other's seeds. The default mix puts the controlled strategies first: on the
 planted-bug corpus they find what they can in milliseconds, the state machine covers misuse,
 double release and the sequential contract, and free-running stress covers what the models
@@ -28,10 +30,12 @@ from kvstress.fuzz._slices import STRATEGIES, Finding, run_slice
 from kvstress.fuzz._target import FuzzTarget
 from kvstress.reports import versions, write_report
 
-DEFAULT_MIX = ("contract", "pct", "machine", "random", "pct", "stress")
+DEFAULT_MIX = ("pct", "contract", "machine", "random", "pct", "stress")
 ONCE = frozenset({"contract"})
 """Strategies that are one fixed program: they run once, first, and then leave the cycle."""
 SLICE_S = 1.0
+FIRST_SLICE_S = 0.25
+"""The first slice's length when fixed programs follow it."""
 
 log = get_logger("kvstress.fuzz")
 
@@ -154,7 +158,11 @@ def _loop(
             seed_i = slice_seed(seed, stream, index)
             # The run ends at its first finding, so shrinking it may take what is left of the budget.
             result = run_slice(
-                strategy, target, seed_i, min(SLICE_S, budget_s - elapsed), shrink_s=budget_s - elapsed
+                strategy,
+                target,
+                seed_i,
+                min(_slice_s(mix, index), budget_s - elapsed),
+                shrink_s=budget_s - elapsed,
             )
             executions, operations, index = (
                 executions + result.executions,
@@ -184,13 +192,23 @@ def _loop(
 
 
 def _strategy_at(mix: Sequence[str], index: int) -> str | None:
-    """Slice ``index``'s strategy: the fixed programs first, then the others in turn (None: the
-    mix was fixed programs only, and they have run)."""
-    first = [s for s in mix if s in ONCE]
+    """Slice ``index``'s strategy: the first search strategy, then the fixed programs, then the
+    search strategies in turn (None: the mix was fixed programs only, and they have run)."""
+    fixed = [s for s in mix if s in ONCE]
     cycle = [s for s in mix if s not in ONCE]
-    if index < len(first):
-        return first[index]
-    return cycle[(index - len(first)) % len(cycle)] if cycle else None
+    if not cycle:
+        return fixed[index] if index < len(fixed) else None
+    if not fixed or index == 0:
+        return cycle[index % len(cycle)]
+    if index <= len(fixed):
+        return fixed[index - 1]
+    return cycle[(index - len(fixed)) % len(cycle)]
+
+
+def _slice_s(mix: Sequence[str], index: int) -> float:
+    """Slice ``index``'s length: short for the first when fixed programs wait behind it."""
+    waiting = index == 0 and any(s in ONCE for s in mix) and any(s not in ONCE for s in mix)
+    return FIRST_SLICE_S if waiting else SLICE_S
 
 
 @contextlib.contextmanager
