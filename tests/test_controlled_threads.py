@@ -540,6 +540,42 @@ def test_read_modify_write_points_are_the_stores_that_write_back_what_the_line_r
     assert rmw_points(plain.__code__) == frozenset()
 
 
+def test_hot_lines_run_from_a_read_of_an_attribute_to_its_store() -> None:
+    """A lost-update window: the lines after ``count = box.n`` up to ``box.n = count + 1``;
+    lines that only read, or store what they never read, open none."""
+    from kvstress.controlled._baton import hot_lines
+
+    def window(box: Any) -> None:
+        count = box.n  # the def's line + 1
+        box.m = 0  # + 2
+        box.n = count + 1  # + 3
+
+    def none(box: Any) -> None:
+        box.n = 1
+        print(box.m)
+
+    first = window.__code__.co_firstlineno
+    assert hot_lines(window.__code__) == {first + 2, first + 3}
+    assert hot_lines(none.__code__) == frozenset()
+
+
+def test_pct_spends_one_change_point_among_hot_decisions() -> None:
+    """Told that a decision is hot, PCT lowers the running task at the h-th hot decision of an
+    execution (h drawn from recent hot counts), once, besides its d - 1 change points."""
+    scheduler = PCTScheduler(depth=1, seed=3)  # no change points of its own
+    switched = 0
+    for _ in range(50):
+        assert scheduler.new_execution()
+        order: list[int] = []
+        for step in range(10):
+            scheduler.hot = step % 2 == 0  # five hot decisions of ten
+            order.append(scheduler.next_task([1, 2], order[-1] if order else None))
+        switches = [i for i in range(1, 10) if order[i] != order[i - 1]]
+        assert len(switches) <= 1 and all(i % 2 == 0 for i in switches)  # only at a hot one
+        switched += len(switches)
+    assert switched >= 30  # the first execution learns; a change at the first decision is no switch
+
+
 def test_dfs_finds_lost_update_and_its_schedule_replays() -> None:
     """DFS finds the unprotected counter's lost update; ReplayScheduler on its schedule fails the same way."""
     found = explore_threads(

@@ -141,7 +141,9 @@ class ThreadController:
             raise ValueError(f"stall_timeout must be a number of seconds > 0, got {stall_timeout!r}")
         self.scheduler = scheduler
         self.trace_files = frozenset(trace_files)
-        self._rmw_tracers: dict[CodeType, Callable[[FrameType, str, object], Any]] = {}
+        self._tracers: dict[CodeType, Callable[[FrameType, str, object], Any]] = {}
+        self.hot = False  # the scheduling point being passed is inside a lost-update window
+        self._hints = hasattr(scheduler, "hot")  # the scheduler takes the hint (PCT)
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
         if max_time is not None and not (isinstance(max_time, int | float) and max_time > 0):
@@ -366,8 +368,11 @@ class ThreadController:
                 if all(t.finished for t in self.threads):
                     return None
                 self._fail_here(ThreadDeadlock(self.now, self._wait_for()))
+        hot, self.hot = self.hot, False
         if len(runnable) == 1:
             return self.threads[runnable[0]]
+        if self._hints:
+            self.scheduler.hot = hot  # type: ignore[attr-defined]
         starved = self._starved
         overdue = [t for t in runnable if starved.get(t, 0) >= FAIRNESS_BOUND]
         try:
@@ -471,14 +476,12 @@ class ThreadController:
         code = frame.f_code
         if code.co_filename not in self.trace_files:
             return None
-        points = rmw_points(code)
-        if not points:
-            return self._trace_line
-        tracer = self._rmw_tracers.get(code)
+        tracer = self._tracers.get(code)
         if tracer is None:
-            tracer = self._rmw_tracers[code] = self._rmw_tracer(points)
-        frame.f_trace_opcodes = True
-        frame.f_trace = tracer  # needed on 3.13 for opcode events to start in this frame
+            tracer = self._tracers[code] = self._tracer_for(code)
+        if tracer is not self._trace_line and rmw_points(code):
+            frame.f_trace_opcodes = True
+            frame.f_trace = tracer  # needed on 3.13 for opcode events to start in this frame
         return tracer
 
     def _trace_line(self, frame: FrameType, event: str, arg: object) -> Any:
@@ -486,11 +489,20 @@ class ThreadController:
             self.yield_point()
         return self._trace_line
 
-    def _rmw_tracer(self, points: frozenset[int]) -> Callable[[FrameType, str, object], Any]:
+    def _tracer_for(self, code: CodeType) -> Callable[[FrameType, str, object], Any]:
+        """The local trace function for ``code``: a point at each line, and at each
+        read-modify-write store; points inside a lost-update window are marked hot."""
+        points, hot = rmw_points(code), hot_lines(code)
+        if not points and not hot:
+            return self._trace_line
         yield_point = self.yield_point
 
         def trace(frame: FrameType, event: str, arg: object) -> Any:
-            if event == "line" or (event == "opcode" and frame.f_lasti in points):
+            if event == "line":
+                self.hot = frame.f_lineno in hot
+                yield_point()
+            elif event == "opcode" and frame.f_lasti in points:
+                self.hot = True
                 yield_point()
             return trace
 
@@ -545,6 +557,37 @@ def _find_rmw_points(code: CodeType) -> frozenset[int]:
         else:
             loaded.add((name, instruction.argval))
     return frozenset(points)
+
+
+_hot_cache: dict[CodeType, frozenset[int]] = {}
+
+
+def hot_lines(code: CodeType) -> frozenset[int]:
+    """The lines of ``code`` inside a lost-update window: after a line that reads an attribute,
+    up to and including a later line that stores the same attribute (``count = b.refcount`` ...
+    ``b.refcount = count + 1``). Another thread's write in between is lost, so a scheduler that
+    takes hints (PCT) spends a change point among these. A heuristic, by name: a window over
+    another object's attribute of the same name is a false lead, never a false alarm."""
+    found = _hot_cache.get(code)
+    if found is None:
+        loads: dict[str, list[int]] = {}
+        stores: dict[str, list[int]] = {}
+        for instruction in dis.get_instructions(code):
+            line = instruction.positions.lineno if instruction.positions is not None else None
+            if line is None or not isinstance(instruction.argval, str):
+                continue
+            if instruction.opname == "LOAD_ATTR":
+                loads.setdefault(instruction.argval, []).append(line)
+            elif instruction.opname == "STORE_ATTR":
+                stores.setdefault(instruction.argval, []).append(line)
+        hot: set[int] = set()
+        for name, load_lines in loads.items():
+            for store in stores.get(name, ()):
+                first = min(load_lines)
+                if first < store:
+                    hot.update(range(first + 1, store + 1))
+        found = _hot_cache[code] = frozenset(hot)
+    return found
 
 
 def active_controller() -> ThreadController | None:

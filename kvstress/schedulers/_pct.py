@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from kvstress.schedulers._base import SchedulerBase
 
 LENGTHS_KEPT = 64
-"""How many recent executions' lengths PCT draws its k from."""
+"""How many recent executions' lengths PCT draws its k (and its hot count) from."""
 
 
 class PCTScheduler(SchedulerBase):
@@ -49,6 +49,13 @@ class PCTScheduler(SchedulerBase):
         self._k = k or 0
         self._steps = 0
         self._lengths: deque[int] = deque(maxlen=LENGTHS_KEPT)
+        # Hints: a controller sets ``hot`` before a decision taken inside a lost-update window
+        # (a read of an attribute, before the store of it). One extra change point per
+        # execution falls on the h-th hot decision, h drawn like k from recent hot counts.
+        self.hot = False
+        self._hot_seen = 0
+        self._hot_counts: deque[int] = deque(maxlen=LENGTHS_KEPT)
+        self._hot_change = 0
         # Tasks never lowered in this execution, highest priority first.
         self._ranked: list[int] = []
         # Lowered tasks -> the change point index j (1-based) that lowered them: all rank below
@@ -72,6 +79,11 @@ class PCTScheduler(SchedulerBase):
     def _begin(self) -> bool:
         if self._steps:
             self._lengths.append(self._steps)
+            self._hot_counts.append(self._hot_seen)
+        counts = [c for c in self._hot_counts if c]
+        self._hot_change = self._rng.randint(1, self._rng.choice(counts)) if counts else 0
+        self._hot_seen = 0
+        self.hot = False
         if self._lengths:
             self._k = self._lengths[self._rng.randrange(len(self._lengths))]
         self._steps = 0
@@ -93,6 +105,11 @@ class PCTScheduler(SchedulerBase):
                 ranked.insert(self._rng.randrange(len(ranked) + 1), task)
         chosen = self._highest(runnable)
         j = self._change_at.get(self._steps)
+        if self.hot:
+            self.hot = False
+            self._hot_seen += 1
+            if self._hot_seen == self._hot_change and j is None:
+                j = self.depth  # below every change point of the paper's d - 1
         if j is not None:
             if chosen not in self._lowered:
                 ranked.remove(chosen)
