@@ -73,7 +73,7 @@ class PreferredBlockPool(CondvarPool):
     without the lock, then pins it under the lock as a prefix cache's ``touch`` does, without
     checking that it is still free. Two acquirers can pin the same block."""
 
-    expected = ("shared-block", "refcount")
+    expected = ("shared-block", "refcount", "dirty-read")
 
     def acquire(self, timeout: float | None = None) -> Block | None:
         seconds(timeout)

@@ -97,10 +97,11 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool, blo
     reference, racing worker 0's next share and its own release.
 
     One scenario in ``DRAIN_SHARE`` (for a pool of at most ``DRAIN_MAX_BLOCKS`` blocks) opens
-    by draining the pool: worker 0 takes every block, sleeps a little while the others wait in
-    acquire, and gives them all back in a row. Wake-up bugs (a release that notifies only when
-    the queue was empty, a notification sent before the block is listed) need several waiters
-    and several releases in a row.
+    by draining the pool: worker 0 takes every block, sleeps a little, and gives them all back
+    in a row, while the others either wait in acquire already or arrive at that same instant.
+    Wake-up bugs need one or the other: several waiters and releases in a row (a release that
+    notifies only when the queue was empty), or an acquirer that looks, finds nothing and is
+    about to park while a block comes back (a check outside the lock the wait releases).
     """
     if type(workers) is not int or not 1 <= workers <= 16:
         raise ValueError(f"workers must be an int in [1, 16], got {workers!r}")
@@ -110,7 +111,7 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool, blo
     weights = [_WEIGHTS[k] for k in kinds]
     opening = rng.random()
     shared = workers > 1 and length >= 3 and opening < SHARED_SHARE
-    together = shared and rng.random() < 0.5
+    together = rng.random() < 0.5
     drain = (
         workers > 1
         and 1 <= blocks <= DRAIN_MAX_BLOCKS
@@ -122,7 +123,7 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool, blo
         if shared:
             steps = _shared_opening(rng, me, workers, together)
         elif drain:
-            steps = _drain_opening(rng, me, blocks)
+            steps = _drain_opening(rng, me, blocks, together)
         else:
             steps = [("acquire", rng.choice(TIMEOUTS))]
         while len(steps) < length:
@@ -139,14 +140,13 @@ def draw(rng: random.Random, *, workers: int, length: int, cancel: bool, blocks:
     return generate(rng, workers=workers, length=length, cancel=cancel, blocks=blocks)
 
 
-def _drain_opening(rng: random.Random, me: int, blocks: int) -> list[Step]:
+def _drain_opening(rng: random.Random, me: int, blocks: int, together: bool) -> list[Step]:
+    settle: Step = ("sleep", HANDOFF_WAIT / 50)
     if me == 0:
-        return [
-            *[("acquire", 0.0)] * blocks,
-            ("sleep", HANDOFF_WAIT / 50),
-            *[("release", None)] * blocks,
-        ]
-    return [("acquire", rng.choice(TIMEOUTS[2:]))]  # long enough to be waiting when they come
+        return [*[("acquire", 0.0)] * blocks, settle, *[("release", None)] * blocks]
+    # Long enough to be waiting when the blocks come back; or arriving as they come back.
+    acquire: Step = ("acquire", rng.choice(TIMEOUTS[2:]))
+    return [settle, acquire] if together else [acquire]
 
 
 def _shared_opening(rng: random.Random, me: int, workers: int, together: bool) -> list[Step]:
