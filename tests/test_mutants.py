@@ -16,7 +16,6 @@ from kvstress.fuzz import FuzzOutcome, fuzz, load_target, parse_mix
 from kvstress.mutants import (
     CORRECT_POOLS,
     MUTANTS,
-    AnyioConditionNotifyWhenEmptyPool,
     AsyncConditionPool,
     PollingCasPool,
     backends_of,
@@ -29,13 +28,7 @@ CLEAN_BUDGET_S = 5.0
 # Each is observable through the protocol (see its docstring). A miss that is certain is a
 # strict xfail, so a harness that starts catching the bug turns the test red until the mark goes;
 # a race found only by luck is a plain xfail, so that it cannot make CI flaky either way.
-GAPS: dict[type, tuple[bool, str]] = {
-    AnyioConditionNotifyWhenEmptyPool: (
-        False,
-        "two waiters, then two releases before the first waiter runs: found in 1 to 10 s on seeds "
-        "0 and 2-4, not in 10 s on seed 1 (issue: search power)",
-    ),
-}
+GAPS: dict[type, tuple[bool, str]] = {}
 
 
 def run_fuzz(cls: type, tmp_path: Path, budget_s: float, backend: str | None = None) -> FuzzOutcome:
