@@ -575,11 +575,6 @@ def test_an_acquire_waiting_on_a_block_still_being_released_holds_a_spare_unit()
     assert h.check(2).status == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known false alarm (issue: ordinary-way pools): the coupling cannot tell that b1's "
-    "tenancy of block 0 spans b1's try-once while b2's overlapping acquire of block 0 is in flight",
-)
 def test_a_newcomer_holding_a_semaphore_unit_excuses_a_try_once_none() -> None:
     """Recorded from TrioSemaphorePool (correct, fair) on trio: b2's acquire takes the
     semaphore's last unit and checkpoints before it takes a block; meanwhile b1's try-once

@@ -179,7 +179,33 @@ _FREES = (Kind.RELEASE_TRUE, Kind.MAYBE_RELEASE)
 
 def _held_stretches(ops: Sequence[BlockOp], size: int) -> list[tuple[int, int]]:
     frees = _first_start_from([op for op in ops if op.kind in (Kind.RELEASE_TRUE, Kind.MAYBE_RELEASE)], size)
-    return [(x.hi + 1, frees(x.lo) - 1) for x in ops if x.kind == Kind.ACQUIRE]
+    return [(x.hi + 1, frees(x.lo) - 1) for x in ops if x.kind == Kind.ACQUIRE] + _counted_held(ops, size)
+
+
+def _counted_held(ops: Sequence[BlockOp], size: int) -> list[tuple[int, int]]:
+    """Where more acquires of the block have surely taken effect (returned before the position)
+    than releases may have (begun by it), the block is HELD: takes and frees alternate on a
+    block, and other takes (cancelled acquires, wildcards) only add to the takes. This catches
+    what the per-acquire stretches above miss when tenancies overlap in time: a waiter handed
+    the block while a newcomer's acquire of the same block is already in flight."""
+    diff = [0] * (size + 2)
+    for op in ops:
+        if op.kind == Kind.ACQUIRE:
+            diff[op.hi + 1] += 1
+        elif op.kind in (Kind.RELEASE_TRUE, Kind.MAYBE_RELEASE):
+            diff[op.lo] -= 1
+    stretches: list[tuple[int, int]] = []
+    balance, start = 0, None
+    for at in range(size):  # positions 0..size-1, as the other stretches
+        balance += diff[at]
+        if balance > 0 and start is None:
+            start = at
+        elif balance <= 0 and start is not None:
+            stretches.append((start, at - 1))
+            start = None
+    if start is not None:
+        stretches.append((start, size - 1))
+    return stretches
 
 
 def _free_stretches(ops: Sequence[BlockOp], size: int) -> list[_Stretch]:
