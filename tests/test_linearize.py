@@ -589,3 +589,23 @@ def test_a_newcomer_holding_a_semaphore_unit_excuses_a_try_once_none() -> None:
     history = tuple(Operation(**op) for op in raw)
     assert any(op.name == "acquire" and op.result is None and op.args["timeout"] == 0 for op in history)
     assert check_history(history, 2).status == "ok"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known false alarm, open (issue: ordinary-way pools): recorded in a 10-minute soak of "
+    "AsyncioSemaphorePool; a waiter's timeout races its hand-off while a newcomer's acquire is in "
+    "flight, and the checker counts no unit for it",
+)
+def test_a_timed_out_waiter_passing_its_unit_on_excuses_a_try_once_none() -> None:
+    """Recorded from AsyncioSemaphorePool (correct) after 456 s of soak: b0's timed wait gives
+    up as a release hands it a unit, the unit goes on, and b0's next try-once fails while b2's
+    acquire, begun meanwhile, is in flight."""
+    import json
+    from pathlib import Path
+
+    from kvstress._violation import Operation
+
+    raw = json.loads((Path(__file__).parent / "histories" / "asyncio_semaphore_soak.json").read_text())
+    history = tuple(Operation(**op) for op in raw)
+    assert check_history(history, 2).status == "ok"

@@ -126,13 +126,15 @@ class Operations:
         await self._call(index, "retain", self.pool.retain, handle)
         self.history.end(index, self._stamp(), "ok")
         tenancy = self.ledger.share(block_id, to_holder)
-        self._handed(to_holder).set()
         if self.sequential:
             checkers.check_refcount(block_id, self._refcount(handle), tenancy.total_refs, "retain")
         else:
             # Others may release their references meanwhile, but not the two this retain is
             # about: the caller's own and the one just handed over (the ledger has it now).
             checkers.check_refcount_at_least(block_id, self._refcount(handle), 2, f"a retain by {holder}")
+        # Only now may the peer run with its reference (and release it): the checks above read
+        # a refcount that its release would lower.
+        self._handed(to_holder).set()
 
     async def op_release(self, holder: str, block_id: int) -> bool:
         """Verify the canary, release; alone: True exactly for the last reference, refcount - 1."""
