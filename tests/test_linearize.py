@@ -591,12 +591,6 @@ def test_a_newcomer_holding_a_semaphore_unit_excuses_a_try_once_none() -> None:
     assert check_history(history, 2).status == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known false alarm, open (issue: ordinary-way pools): recorded in a 10-minute soak of "
-    "AsyncioSemaphorePool; a waiter's timeout races its hand-off while a newcomer's acquire is in "
-    "flight, and the checker counts no unit for it",
-)
 def test_a_timed_out_waiter_passing_its_unit_on_excuses_a_try_once_none() -> None:
     """Recorded from AsyncioSemaphorePool (correct) after 456 s of soak: b0's timed wait gives
     up as a release hands it a unit, the unit goes on, and b0's next try-once fails while b2's
@@ -609,3 +603,39 @@ def test_a_timed_out_waiter_passing_its_unit_on_excuses_a_try_once_none() -> Non
     raw = json.loads((Path(__file__).parent / "histories" / "asyncio_semaphore_soak.json").read_text())
     history = tuple(Operation(**op) for op in raw)
     assert check_history(history, 2).status == "ok"
+
+
+def _hand_on(w1: tuple[float, float], timeout: float) -> tuple[History, int]:
+    """Block 1 comes back at 4 and stays FREE; block 0 comes back at 6. w1 waits in ``w1``, w2
+    queues at 6.2 and gets block 0, and w3's try-once fails at 7."""
+    h = History()
+    h.acquire("w9", 0, 0.5, 1)
+    h.acquire("w0", 0, 1, 0)
+    h.add("w1", "acquire", {"timeout": timeout}, *w1, None, "info")
+    h.release("w9", 3, 4, 1, True)
+    h.release("w0", 5, 6, 0, True)
+    h.add("w2", "acquire", {"timeout": 0.5}, 6.2, 9, 0)
+    return h, h.acquire("w3", 7, 7.5, None, outcome="info")
+
+
+def test_a_waiter_giving_up_passes_its_unit_to_a_waiter_queued_behind_it() -> None:
+    """asyncio's Semaphore: the releases hand units to w1, queued first; w1 times out as one
+    arrives (6.5) and passes it on to w2, queued after it. w3's try-once then finds w2's
+    hand-off in flight and fails, though block 1 sits queued."""
+    h, _ = _hand_on((2, 6.5), 0.5)
+    assert h.check(2).status == "ok"
+
+
+def test_a_waiter_no_hand_off_could_reach_passes_nothing_on() -> None:
+    """The same, but w1 gave up before any release ended: no unit reached it, nothing is handed
+    on at its return, and w3's None beside FREE block 1 is a violation."""
+    h, late = _hand_on((2, 2.8), 0.5)
+    result = h.check(2)
+    assert result.status == "violation" and late in result.witness
+
+
+def test_a_try_once_never_waits_so_never_passes_a_unit_on() -> None:
+    """A try-once that answered None took no unit to pass on, whatever ended during its call."""
+    h, late = _hand_on((2, 6.5), 0.0)
+    result = h.check(2)
+    assert result.status == "violation" and late in result.witness

@@ -113,3 +113,50 @@ def test_stress_rejects_bad_arguments(options: dict[str, float], word: str) -> N
     """stress() names the argument it cannot use."""
     with pytest.raises(ValueError, match=word):
         stress(ScenarioConfig(ThreadedBlockPool, False), seed=0, **options)  # type: ignore[arg-type]
+
+
+def test_a_shared_block_s_peer_releases_only_after_the_sharer_s_refcount_check() -> None:
+    """On real threads the peer of a share parks until its reference is handed over, and that
+    happens only after the sharer has read the refcount its retain left: a peer releasing in
+    between made a correct pool's refcount read 1 (a false alarm on ThreadSemaphorePool). The
+    sharer's read is slowed here so that an early hand-over would surely lose the race."""
+    import time
+
+    from kvstress.harness._runner import run_to_completion
+    from kvstress.mutants import ThreadSemaphorePool
+    from kvstress.scenarios._execution import ScenarioOps, build_pool
+
+    config = ScenarioConfig(ThreadSemaphorePool, False)
+    ops = ScenarioOps(config, build_pool(config), time.monotonic, virtual=False, timing=TimingPolicy())
+    events: list[str] = []
+    read = ops._refcount
+
+    def slow_read(block: object) -> int:
+        time.sleep(0.05)
+        events.append("sharer read")
+        return read(block)
+
+    ops._refcount = slow_read  # type: ignore[method-assign]
+    release = ops.pool.release
+
+    def logged_release(block: object) -> bool:
+        events.append(f"release by {threading.current_thread().name}")
+        return bool(release(block))
+
+    ops.pool.release = logged_release
+    programs = {"b0": (("acquire", 0.0), ("share", 1)), "b1": (("wait", 1.0), ("release", None))}
+    errors: list[BaseException] = []
+
+    def work(holder: str) -> None:
+        try:
+            run_to_completion(ops.run_program(holder, programs[holder]))
+        except BaseException as error:  # the test reports it below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(h,), name=h) for h in programs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert not errors, errors
+    assert events[-1] == "release by b1" and events.count("release by b1") == 1, events

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from kvstress.linearize._model import BlockOp, Kind, Translation
+from kvstress.linearize._model import OPEN, BlockOp, Kind, Translation
 from kvstress.linearize._wg import slack
 
 
@@ -60,7 +60,7 @@ class Coupling:
         calls += [(-1, op) for op in (*model.wildcards, *model.empties)]
         self._calls = [(b, op.index, op.lo, returns.get(op.index, op.hi)) for b, op in calls]
         frees = [(b, op) for b, ops in enumerate(model.blocks) for op in ops if op.kind in _FREES]
-        self._releases = sorted(op.hi for _, op in frees)
+        self._handoffs = _handoffs([op.hi for _, op in frees], model, returns)
         # Releases as calls: until one returns, the pool may not have given its unit back.
         self._freeing = [(b, op.lo, returns.get(op.index, op.hi)) for b, op in frees]
         self._free_spans = [[(s.first, s.last) for s in _free_stretches(ops, size)] for ops in model.blocks]
@@ -83,7 +83,9 @@ class Coupling:
           may not have given its own block's unit back yet though the block is queued; or
         - a hand-off is in flight: another acquire, begun before a release ended, is still in
           flight after it, so a FIFO pool may have handed it that block, and a newcomer that
-          finds the queue busy fails.
+          finds the queue busy fails. A waiter that gave up (timed out, cancelled) while such a
+          hand-off may have reached it passes its unit on at its return: that is a hand-off too
+          (``_handoffs``).
         """
         last = min(empty.hi, len(self._surely_free) - 2)
         starts = {empty.lo, *(lo for _, index, lo, _ in self._calls if index != empty.index)}
@@ -98,8 +100,8 @@ class Coupling:
             releasing = {b for b, lo, end in self._freeing if lo <= p <= end}
             if self._surely_free[p] <= self._spare(p, [b for b, _ in in_flight], releasing) + freeing:
                 return True
-            ended = bisect_right(self._releases, p)  # releases that returned by p
-            if in_flight and ended and self._releases[ended - 1] >= min(lo for _, lo in in_flight):
+            ended = bisect_right(self._handoffs, p)  # hand-offs that were over by p
+            if in_flight and ended and self._handoffs[ended - 1] >= min(lo for _, lo in in_flight):
                 return True
         return False
 
@@ -175,6 +177,24 @@ class Coupling:
 
 _TAKES = (Kind.ACQUIRE, Kind.MAYBE_ACQUIRE)
 _FREES = (Kind.RELEASE_TRUE, Kind.MAYBE_RELEASE)
+
+
+def _handoffs(release_ends: list[int], model: Translation, returns: dict[int, int]) -> list[int]:
+    """Positions where a unit may have been handed to a waiter, sorted: each release's end, and
+    the return of each acquire that could wait and gave up without a block (None, or cancelled)
+    after a hand-off may have reached it during its call: a fair primitive passes the unit on
+    as the waiter leaves (asyncio's Semaphore does so in the waiter's own cleanup)."""
+    handoffs = sorted(release_ends)
+    quitters = sorted(
+        (returns[op.index], op.lo)
+        for op in (*model.empties, *model.wildcards)
+        if op.index in model.patient and returns.get(op.index, OPEN) < OPEN
+    )
+    for end, start in quitters:  # by return: a hand-off it passed on can reach a later quitter
+        i = bisect_left(handoffs, start)
+        if i < len(handoffs) and handoffs[i] <= end:
+            handoffs.insert(bisect_right(handoffs, end), end)
+    return handoffs
 
 
 def _held_stretches(ops: Sequence[BlockOp], size: int) -> list[tuple[int, int]]:

@@ -78,6 +78,7 @@ class Translation:
     bad: tuple[tuple[int, str], ...]  # (index, why): answers no correct pool gives
     positions: int  # every finite position is below this
     returns: tuple[tuple[int, int], ...] = ()  # (index, position of its return; OPEN: none)
+    patient: frozenset[int] = frozenset()  # acquires that could wait (timeout not 0): a unit may reach them
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +117,15 @@ def translate(history: Sequence[Operation], num_blocks: int) -> Translation:
         else:
             blocks[mapped.target].append(block_op)
     returns = tuple((op.index, OPEN if op.end is None else position[op.end]) for op in ops)
+    patient = frozenset(op.index for op in ops if op.name == "acquire" and op.args.get("timeout") != 0)
     return Translation(
-        tuple(map(tuple, blocks)), tuple(wildcards), tuple(empties), tuple(bad), 2 * len(times), returns
+        tuple(map(tuple, blocks)),
+        tuple(wildcards),
+        tuple(empties),
+        tuple(bad),
+        2 * len(times),
+        returns,
+        patient,
     )
 
 
