@@ -41,12 +41,15 @@ def test_the_contract_is_silent_on_correct_pools(spec: str) -> None:
 def test_the_contract_runs_once_after_a_short_first_slice() -> None:
     """The default mix: a short PCT slice, the contract, then the search strategies in turn,
     never the contract again; a mix of fixed programs only ends once they have run."""
-    from kvstress.fuzz._run import FIRST_SLICE_S, SLICE_S, _slice_s
+    from kvstress.fuzz._run import DELAY_SLICE_S, FIRST_SLICE_S, SLICE_S, _slice_s
 
-    order = [_strategy_at(DEFAULT_MIX, i) for i in range(12)]
-    assert order[:7] == ["pct", "contract", "machine", "random", "pct", "stress", "pct"]
+    order = [_strategy_at(DEFAULT_MIX, i) for i in range(14)]
+    assert order[:9] == ["pct", "contract", "delay", "machine", "random", "pct", "stress", "pct", "delay"]
     assert "contract" not in order[2:]
-    assert [_slice_s(DEFAULT_MIX, i) for i in range(3)] == [FIRST_SLICE_S, SLICE_S, SLICE_S]
+    # The delay strategy's first slice runs the motifs' hot plans; its later ones are short.
+    assert [_slice_s(DEFAULT_MIX, i) for i in range(4)] == [FIRST_SLICE_S, SLICE_S, SLICE_S, SLICE_S]
+    assert _slice_s(DEFAULT_MIX, 8) == DELAY_SLICE_S
+    assert _slice_s(("delay",), 5) == SLICE_S  # alone, it has the whole budget
     assert _strategy_at(("contract",), 0) == "contract"
     assert _strategy_at(("contract",), 1) is None
     assert [_strategy_at(("pct", "random"), i) for i in range(3)] == ["pct", "random", "pct"]

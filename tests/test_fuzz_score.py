@@ -77,3 +77,16 @@ def test_bad_input_is_one_line_and_exit_2(
     status = main(["mutants", *args, "--report-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 2 and says in err and len(err.splitlines()) == 1
+
+
+def test_compare_times_each_strategy_alone_and_the_naive_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--compare prints one column per strategy and one for the naive test, row by row."""
+    args = ["--only", "PartialResetPool", "--budget", "2", "--clean-budget", "0.2", "--compare"]
+    main(["mutants", *args, "--report-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("mutant") and "naive" in line)
+    assert header.split()[1:] == ["contract", "delay", "machine", "random", "pct", "stress", "naive"]
+    row = [line for line in out.splitlines() if line.startswith("PartialResetPool")][-1].split()
+    assert len(row) == 8 and row[7] != "-"  # the naive test sees the stale data too

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import kvstress.schedulers
 from kvstress.schedulers import (
     RANDOM_DRAW,
+    DelayBoundedScheduler,
     DFSScheduler,
     GuidedScheduler,
     HypothesisScheduler,
@@ -34,6 +35,7 @@ from kvstress.schedulers import (
 PUBLIC = {
     "RANDOM_DRAW",
     "DFSScheduler",
+    "DelayBoundedScheduler",
     "HypothesisScheduler",
     "GuidedScheduler",
     "MetricsScheduler",
@@ -404,6 +406,68 @@ def test_dfs_counts_match_preemptions_by_brute_force() -> None:
     for bound in range(4):
         runs = set(all_executions(DFSScheduler(preemption_bound=bound), steps))
         assert runs == {order for order in all_interleavings(steps) if preemptions(order, steps) <= bound}
+
+
+# -- delay-bounded search, hints first -----------------------------------------------------------
+
+
+def delays(order: Sequence[int], steps: dict[int, int]) -> int:
+    """Decisions of one model execution that ran another task than the default: the one that
+    ran last while it has steps left, else the lowest id with steps left."""
+    left, count, current = dict(steps), 0, None
+    for task in order:
+        runnable = sorted(t for t in left if left[t])
+        default = current if current in runnable else runnable[0]
+        count += task != default
+        left[task] -= 1
+        current = task
+    return count
+
+
+def test_delay_bounded_runs_each_interleaving_within_the_bound_once() -> None:
+    """For 2 x 3 and 3 x 2 steps, every interleaving with <= b delays, each once, then done."""
+    for steps in ({1: 3, 2: 3}, {1: 2, 2: 2, 3: 2}):
+        for bound in range(4):
+            scheduler = DelayBoundedScheduler(bound)
+            runs = all_executions(scheduler, steps)
+            assert len(runs) == len(set(runs))
+            assert set(runs) == {o for o in all_interleavings(steps) if delays(o, steps) <= bound}
+            assert scheduler.exhausted and not scheduler.new_execution()
+
+
+def test_delay_bounded_tries_hot_decisions_first() -> None:
+    """After the plain run, the first plans delay at hinted decisions, whatever their place."""
+    hot_at = {4, 5}
+    scheduler = DelayBoundedScheduler(1)
+    firsts = []
+    while scheduler.new_execution():
+        left, order, current = {1: 5, 2: 5}, [], None
+        while any(left.values()):
+            scheduler.hot = len(order) in hot_at
+            current = scheduler.next_task([t for t in sorted(left) if left[t]], current)
+            left[current] -= 1
+            order.append(current)
+        firsts.append(next((i for i, (a, b) in enumerate(itertools.pairwise(order)) if a != b), None))
+    # run 0: 1111122222 (switch at 4); then delays at decisions 4 and 5 (hot), then 1, 2, 3, ...
+    assert firsts[:4] == [4, 3, 4, 0]
+
+
+def test_delay_bounded_holds_back_cold_plans_until_allowed() -> None:
+    """With ``max_cold = 0`` only all-hot plans run; raising it goes on where it stopped."""
+    steps = {1: 2, 2: 2}
+    scheduler = DelayBoundedScheduler(1)
+    scheduler.max_cold = 0
+    first = all_executions(scheduler, steps)
+    assert first == [(1, 1, 2, 2)] and not scheduler.exhausted
+    scheduler.max_cold = None
+    rest = all_executions(scheduler, steps)
+    assert set(first + rest) == {o for o in all_interleavings(steps) if delays(o, steps) <= 1}
+    assert scheduler.exhausted
+
+
+def test_delay_bounded_arguments_are_validated() -> None:
+    with pytest.raises(ValueError, match="bound must be an int >= 0"):
+        DelayBoundedScheduler(-1)
 
 
 def test_dfs_random_values_are_the_same_every_execution() -> None:

@@ -1,8 +1,9 @@
 """``kvstress mutants``: run the planted-bug corpus and print what was found, how fast, by what.
 
 Exit 0 when every mutant is found with one of its declared ids and every correct pool stays
-clean; 1 otherwise. ``--compare`` times each strategy on its own (the state machine, random,
-PCT, free-running stress) beside the default mix.
+clean; 1 otherwise. ``--compare`` times each strategy on its own (the contract, delay-bounded
+motifs, the state machine, random, PCT, free-running stress) and the naive baseline, beside the
+default mix.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from collections.abc import Sequence
 from kvstress._violation import INVARIANTS
 from kvstress.cli._logging import configure
 from kvstress.cli._parser import Parser, UsageError
-from kvstress.fuzz._score import Detection, detect, expected_of, median_time, run_all, score
+from kvstress.fuzz._score import Detection, detect, detect_naive, expected_of, median_time, run_all, score
 from kvstress.fuzz._slices import STRATEGIES
 
-COMPARED = ("machine", "random", "pct", "stress")
+COMPARED = ("contract", "delay", "machine", "random", "pct", "stress", "naive")
+"""Each strategy alone, and the naive baseline: the stress test a developer writes in an
+afternoon (``kvstress.fuzz._naive``)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
@@ -94,7 +97,11 @@ def _compare(mutants: Sequence[type], args: argparse.Namespace) -> None:
     columns: dict[str, list[Detection]] = {s: [] for s in COMPARED}
     for pool in mutants:
         for strategy in COMPARED:
-            columns[strategy].append(detect(pool, budget_s=args.budget, seed=args.seed, mix=(strategy,)))
+            if strategy == "naive":
+                found = detect_naive(pool, budget_s=args.budget, seed=args.seed)
+            else:
+                found = detect(pool, budget_s=args.budget, seed=args.seed, mix=(strategy,))
+            columns[strategy].append(found)
         cells = "".join(_time(columns[s][-1]).ljust(10) for s in COMPARED)
         print((pool.__qualname__.ljust(width) + cells).rstrip(), flush=True)
     print(("score".ljust(width) + "".join(f"{score(columns[s]):.0%}".ljust(10) for s in COMPARED)).rstrip())

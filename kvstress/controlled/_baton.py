@@ -561,25 +561,41 @@ def _find_rmw_points(code: CodeType) -> frozenset[int]:
 
 _hot_cache: dict[CodeType, frozenset[int]] = {}
 
+MUTATORS = frozenset(
+    {
+        "append", "appendleft", "pop", "popleft", "popitem", "remove", "discard", "add", "clear",
+        "insert", "extend", "extendleft", "update", "setdefault", "put", "put_nowait", "get_nowait",
+        "rotate", "sort", "reverse", "heappush", "heappop",
+    }
+)  # fmt: skip
+"""Method names taken for a change of the container they are called on (by name: a heuristic)."""
+_METHOD_LOADS = ("LOAD_METHOD", "LOAD_ATTR")  # 3.11 loads a method with LOAD_METHOD, 3.12 with LOAD_ATTR
+
 
 def hot_lines(code: CodeType) -> frozenset[int]:
     """The lines of ``code`` inside a lost-update window: after a line that reads an attribute,
     up to and including a later line that stores the same attribute (``count = b.refcount`` ...
-    ``b.refcount = count + 1``). Another thread's write in between is lost, so a scheduler that
+    ``b.refcount = count + 1``) or calls a mutating method on it (``if self._free:`` ...
+    ``self._free.popleft()``: check-then-act). Another thread's write in between is lost, so a scheduler that
     takes hints (PCT) spends a change point among these. A heuristic, by name: a window over
     another object's attribute of the same name is a false lead, never a false alarm."""
     found = _hot_cache.get(code)
     if found is None:
         loads: dict[str, list[int]] = {}
         stores: dict[str, list[int]] = {}
+        loaded = None  # the attribute the previous instruction loaded, if it did
         for instruction in dis.get_instructions(code):
             line = instruction.positions.lineno if instruction.positions is not None else None
-            if line is None or not isinstance(instruction.argval, str):
-                continue
-            if instruction.opname == "LOAD_ATTR":
-                loads.setdefault(instruction.argval, []).append(line)
-            elif instruction.opname == "STORE_ATTR":
-                stores.setdefault(instruction.argval, []).append(line)
+            name = instruction.argval if isinstance(instruction.argval, str) else None
+            if line is not None and name is not None:
+                if instruction.opname in _METHOD_LOADS and name in MUTATORS and loaded is not None:
+                    # ``self._free.popleft()``: a check of ``self._free`` before it is a window too
+                    stores.setdefault(loaded, []).append(line)
+                elif instruction.opname == "LOAD_ATTR":
+                    loads.setdefault(name, []).append(line)
+                elif instruction.opname == "STORE_ATTR":
+                    stores.setdefault(name, []).append(line)
+            loaded = name if instruction.opname == "LOAD_ATTR" else None
         hot: set[int] = set()
         for name, load_lines in loads.items():
             for store in stores.get(name, ()):

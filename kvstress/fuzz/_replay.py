@@ -9,13 +9,14 @@ reproduction rate.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvstress.fuzz._contract import run_contract
 from kvstress.fuzz._slices import run_machine, scenario_config
 from kvstress.fuzz._target import FuzzTarget, load_target
 from kvstress.scenarios import replay, run_stress_execution
+from kvstress.scenarios._programs import Scenario
 from kvstress.schedulers import ScheduleDivergence
 
 KINDS = ("scenario", "stress", "machine", "contract")
@@ -75,8 +76,11 @@ def _replay_schedule(target: FuzzTarget, report: Mapping[str, Any], invariant: s
     schedule = report.get("schedule")
     if not isinstance(schedule, str):
         raise ValueError("the report has no schedule string to replay")
+    config = scenario_config(target)
+    if report["config"].get("fixed_scenario"):  # a motif: its programs are in the report
+        config = replace(config, scenario=Scenario.from_json(report.get("scenario")))
     try:
-        failure = replay(scenario_config(target), schedule)
+        failure = replay(config, schedule)
     except ScheduleDivergence as divergence:
         return ReplayOutcome(invariant, 1, 0, f"the run no longer follows the schedule: {divergence}")
     if failure is None:

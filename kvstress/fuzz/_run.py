@@ -30,12 +30,15 @@ from kvstress.fuzz._slices import STRATEGIES, Finding, run_slice
 from kvstress.fuzz._target import FuzzTarget
 from kvstress.reports import versions, write_report
 
-DEFAULT_MIX = ("pct", "contract", "machine", "random", "pct", "stress")
+DEFAULT_MIX = ("pct", "contract", "delay", "machine", "random", "pct", "stress")
 ONCE = frozenset({"contract"})
 """Strategies that are one fixed program: they run once, first, and then leave the cycle."""
 SLICE_S = 1.0
 FIRST_SLICE_S = 0.25
 """The first slice's length when fixed programs follow it."""
+DELAY_SLICE_S = 0.25
+"""The delay strategy's slices after its first, which runs the motifs' hot plans (up to
+``SLICE_S``): the later rounds try cold delays, which PCT and random reach as well."""
 
 log = get_logger("kvstress.fuzz")
 
@@ -144,6 +147,7 @@ def _loop(
     start: float,
 ) -> FuzzOutcome:
     executions = operations = index = 0
+    memo: dict[str, Any] = {}  # strategies' progress across this run's slices
     try:
         while (
             (elapsed := time.monotonic() - start) < budget_s
@@ -163,6 +167,7 @@ def _loop(
                 seed_i,
                 min(_slice_s(mix, index), budget_s - elapsed),
                 shrink_s=budget_s - elapsed,
+                memo=memo,
             )
             executions, operations, index = (
                 executions + result.executions,
@@ -206,9 +211,15 @@ def _strategy_at(mix: Sequence[str], index: int) -> str | None:
 
 
 def _slice_s(mix: Sequence[str], index: int) -> float:
-    """Slice ``index``'s length: short for the first when fixed programs wait behind it."""
+    """Slice ``index``'s length: short for the first when fixed programs wait behind it, and for
+    the delay strategy's after its first (unless it runs alone)."""
     waiting = index == 0 and any(s in ONCE for s in mix) and any(s not in ONCE for s in mix)
-    return FIRST_SLICE_S if waiting else SLICE_S
+    if waiting:
+        return FIRST_SLICE_S
+    if _strategy_at(mix, index) == "delay" and set(mix) != {"delay"}:
+        earlier = [_strategy_at(mix, i) for i in range(index)]
+        return DELAY_SLICE_S if "delay" in earlier else SLICE_S
+    return SLICE_S
 
 
 @contextlib.contextmanager

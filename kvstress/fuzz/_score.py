@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kvstress.fuzz._naive import naive_time
 from kvstress.fuzz._run import DEFAULT_MIX, fuzz
 from kvstress.fuzz._target import load_target
 from kvstress.reports import load_report
@@ -71,6 +72,18 @@ def detect(
     return Detection(
         pool.__qualname__, expected_of(pool), finding.violation.invariant, finding.strategy, elapsed
     )
+
+
+def detect_naive(pool: type, *, budget_s: float, seed: int = 0, backend: str | None = None) -> Detection:
+    """The naive baseline (``kvstress.fuzz._naive``) on ``pool``: it says only that a test
+    failed, so a find is credited with the mutant's first declared id."""
+    if backend is None:
+        backend = next(iter(getattr(pool, "backends", ())), "asyncio")
+    found_at = naive_time(load_target(spec_of(pool), backend=backend), budget_s, seed)
+    expected = expected_of(pool)
+    if found_at is None:
+        return Detection(pool.__qualname__, expected, None, None, None)
+    return Detection(pool.__qualname__, expected, (*expected, "crash")[0], "naive", found_at)
 
 
 def score(detections: Sequence[Detection]) -> float:

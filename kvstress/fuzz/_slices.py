@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
@@ -27,9 +27,15 @@ from kvstress.fuzz._contract import PROGRAM, run_contract
 from kvstress.fuzz._target import FuzzTarget
 from kvstress.machines import PoolMachine, pool_machine
 from kvstress.scenarios import ScenarioConfig, search, stress
-from kvstress.schedulers import PCTScheduler, RandomScheduler, Scheduler
+from kvstress.scenarios._motifs import motifs
+from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler, Scheduler
 
-STRATEGIES = ("contract", "pct", "random", "machine", "stress")
+STRATEGIES = ("contract", "delay", "pct", "random", "machine", "stress")
+DELAY_BOUND = 2  # delays per interleaving of a motif
+DELAY_HOT_CAP = 64
+"""Executions per motif in the delay strategy's first round, which runs hot plans only."""
+DELAY_CAP = 16
+"""Executions per motif in the delay strategy's second round; each later round doubles it."""
 MACHINE_HANG_BOUND = 1.0  # seconds; a hung pool costs this per hang, and shrinking replays it
 MACHINE_EXAMPLES = 10  # examples per Hypothesis run within a slice
 MACHINE_SHRINK_CAP_S = 30.0
@@ -83,7 +89,12 @@ def scenario_config(target: FuzzTarget) -> ScenarioConfig:
 
 
 def run_slice(
-    strategy: str, target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None = None
+    strategy: str,
+    target: FuzzTarget,
+    seed: int,
+    budget_s: float,
+    shrink_s: float | None = None,
+    memo: dict[str, Any] | None = None,
 ) -> SliceResult:
     """Run ``strategy`` on ``target`` for about ``budget_s`` wall seconds.
 
@@ -93,7 +104,12 @@ def run_slice(
     its whole budget: a report's program is then much shorter (31 steps against 9, measured on
     AsyncShieldedReleaseYieldPool). The controlled strategies shrink a schedule within their own
     cap, and stress does not shrink.
+
+    ``memo`` carries a strategy's progress from one slice to the next of the same run (the
+    delay strategy's searches go on where they stopped); without it each slice starts afresh.
     """
+    if strategy == "delay":
+        return _delay(target, seed, budget_s, {} if memo is None else memo)
     runner = _RUNNERS.get(strategy)
     if runner is None:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -123,6 +139,76 @@ def _controlled(make: Callable[[int], Scheduler], name: str) -> _Runner:
         return SliceResult(result.executions, result.operations, finding)
 
     return run
+
+
+@dataclass
+class _MotifSearch:
+    """The delay strategy's progress in one run: a search per motif, and the round."""
+
+    searches: list[tuple[ScenarioConfig, DelayBoundedScheduler]]
+    round: int = 0
+    next: int = 0  # the motif the next slice starts with
+
+
+def _delay(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]) -> SliceResult:
+    """Delay-bounded search over the motifs, round-robin, going on where the previous slice of
+    the run left it. The first round runs each motif's one-delay hot plans (a switch at a
+    hinted decision: a lost-update or check-then-act window), up to ``DELAY_HOT_CAP`` runs, and
+    the slice that runs it ends with it; then each round gives every motif twice the executions
+    of the last, from ``DELAY_CAP``. Once every motif is exhausted (every interleaving with up
+    to ``DELAY_BOUND`` delays has run), a slice returns at once."""
+    state = memo.get("delay")
+    if not isinstance(state, _MotifSearch):
+        base = scenario_config(target)
+        programs = motifs(target.num_blocks, target.is_async)
+        # The seed picks which motif goes first; the searches themselves are systematic.
+        first = seed % len(programs)
+        searches = [
+            (
+                replace(base, scenario=programs[(first + i) % len(programs)]),
+                DelayBoundedScheduler(DELAY_BOUND),
+            )
+            for i in range(len(programs))
+        ]
+        state = memo["delay"] = _MotifSearch(searches)
+    start = time.monotonic()
+    result = SliceResult()
+    hot_round = state.round == 0  # a slice that starts it ends with it: the hot plans are the cheap ones
+    while state.searches and (left := budget_s - (time.monotonic() - start)) > 0:
+        if hot_round and state.round > 0:
+            break
+        config, scheduler = state.searches[state.next]
+        hot_only = state.round == 0
+        scheduler.max_cold, scheduler.max_delays = (0, 1) if hot_only else (None, None)
+        cap = DELAY_HOT_CAP if state.round == 0 else DELAY_CAP << min(state.round - 1, 16)
+        began = time.monotonic() - start
+        found = search(config, scheduler, max_executions=cap, budget_s=left)
+        result.executions += found.executions
+        result.operations += found.operations
+        if found.failure is not None:
+            failure = found.failure
+            result.finding = Finding(
+                failure.violation,
+                "delay",
+                seed,
+                began + found.elapsed_s,  # shrinking excluded, as for the other strategies
+                "scenario",
+                schedule=str(failure.schedule),
+                history=failure.history,
+                blocks=failure.blocks,
+                failed_op=failure.failed_op,
+                scenario=failure.scenario.to_json(),
+                table=failure.table(),
+                options={"fixed_scenario": True},
+            )
+            return result
+        if scheduler.exhausted:
+            del state.searches[state.next]
+        else:
+            state.next += 1
+        if state.next >= len(state.searches):
+            state.next, state.round = 0, state.round + 1
+    return result
 
 
 def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:

@@ -71,6 +71,7 @@ class ScenarioConfig:
     backend: str = "asyncio"  # for async pools: "asyncio" (fully controlled) or "trio" (seeded)
     linearize_limit: float = 1.0
     timing: TimingPolicy = field(default=VIRTUAL_TIMING)
+    scenario: Scenario | None = None  # fixed programs for every execution (motifs); else drawn
 
     def __post_init__(self) -> None:
         if self.backend not in ("asyncio", "trio"):
@@ -241,11 +242,15 @@ def _ignore(loop: object, context: object) -> None:
 def time_bound(config: ScenarioConfig) -> float:
     """Virtual seconds no execution can need: every acquire waiting out the longest timeout, one
     after another, plus the hang bound. Past it, something ignored its timeout: a hang."""
+    if config.scenario is not None:
+        return config.scenario.total_timeout + config.timing.hang_bound
     return config.workers * config.length * max(TIMEOUTS) + config.timing.hang_bound
 
 
 def draw_scenario(config: ScenarioConfig, seed: int) -> Scenario:
-    """The scenario an execution runs, from one random value."""
+    """The scenario an execution runs, from one random value (the fixed one, if configured)."""
+    if config.scenario is not None:
+        return config.scenario
     return draw(
         random.Random(seed),
         workers=config.workers,

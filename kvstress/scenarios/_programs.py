@@ -27,6 +27,8 @@ from typing import Any
 Step = tuple[str, Any]
 Program = tuple[Step, ...]
 
+STEP_KINDS = ("acquire", "release", "share", "verify", "pause", "sleep", "wait", "cancel")
+
 TIMEOUTS = (0.0, 0.01, 0.05, 0.2)
 """The acquire timeouts a generated step draws from, in seconds."""
 
@@ -81,6 +83,23 @@ class Scenario:
     def to_json(self) -> list[list[list[Any]]]:
         """A JSON-ready form."""
         return [[[kind, arg] for kind, arg in program] for program in self.programs]
+
+    @classmethod
+    def from_json(cls, data: Any) -> Scenario:
+        """The scenario ``to_json`` wrote; ValueError naming what is wrong otherwise."""
+        if not isinstance(data, list) or not data:
+            raise ValueError(f"scenario must be a non-empty list of programs, got {data!r:.80}")
+        programs = []
+        for number, program in enumerate(data):
+            if not isinstance(program, list):
+                raise ValueError(f"scenario program {number} must be a list of steps, got {program!r:.80}")
+            steps = []
+            for step in program:
+                if not (isinstance(step, list) and len(step) == 2 and step[0] in STEP_KINDS):
+                    raise ValueError(f"scenario program {number} has a bad step {step!r:.80}")
+                steps.append((step[0], step[1]))
+            programs.append(tuple(steps))
+        return cls(tuple(programs))
 
 
 def generate(rng: random.Random, *, workers: int, length: int, cancel: bool, blocks: int = 2) -> Scenario:

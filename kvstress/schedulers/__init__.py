@@ -2,15 +2,16 @@
 
 One interface (``Scheduler``: ``new_execution``, ``next_task``, ``next_u64``, ``schedule``), one
 strategy per module: uniform random, PCT, bounded exhaustive search (DFS with a preemption
-bound), replay, Hypothesis-drawn, and guided (the shrinker's: follow edited choices where
-they fit); ``MetricsScheduler`` wraps any of them. Every execution
-yields a ``Schedule`` whose ``ks1:`` text replays it exactly through ``ReplayScheduler``.
+bound; delay-bounded, hints first), replay, Hypothesis-drawn, and guided (the shrinker's: follow
+edited choices where they fit); ``MetricsScheduler`` wraps any of them. Every execution yields
+a ``Schedule`` whose ``ks1:`` text replays it exactly through ``ReplayScheduler``.
 
 This module only re-exports; everything is defined in private modules.
 """
 
 from kvstress.schedulers._base import Scheduler as Scheduler
 from kvstress.schedulers._base import SchedulerBase as SchedulerBase
+from kvstress.schedulers._delay import DelayBoundedScheduler as DelayBoundedScheduler
 from kvstress.schedulers._dfs import DFSScheduler as DFSScheduler
 from kvstress.schedulers._errors import ScheduleDivergence as ScheduleDivergence
 from kvstress.schedulers._guided import GuidedScheduler as GuidedScheduler

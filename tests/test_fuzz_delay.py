@@ -1,0 +1,104 @@
+"""The delay strategy (delay-bounded search of protocol motifs, hints first) and the naive baseline."""
+
+from __future__ import annotations
+
+import dis
+from pathlib import Path
+
+import pytest
+
+from kvstress.controlled._baton import hot_lines
+from kvstress.fuzz import fuzz
+from kvstress.fuzz._naive import naive_time
+from kvstress.fuzz._replay import replay_report
+from kvstress.fuzz._slices import run_slice
+from kvstress.fuzz._target import load_target
+from kvstress.reports import load_report
+from kvstress.scenarios._motifs import motifs
+from kvstress.scenarios._programs import Scenario
+
+
+def _target(name: str, backend: str = "asyncio") -> object:
+    return load_target(f"kvstress.mutants:{name}", backend=backend)
+
+
+@pytest.mark.parametrize(
+    ("name", "within"),
+    [("RetainLostUpdatePool", 120), ("PollingCheckThenPopPool", 200), ("LateZeroTestPool", 80)],
+)
+def test_the_delay_strategy_finds_a_one_delay_race_in_its_hot_round(name: str, within: int) -> None:
+    """A lost update and a check-then-act, each one switch inside a hinted window of one motif:
+    found in the first round (the hot plans of every motif), in a bounded number of runs."""
+    result = run_slice("delay", _target(name), 0, 30.0, memo={})
+    assert result.finding is not None, name
+    assert result.finding.violation.invariant in ("lost-block", "refcount", "crash", "queue-corruption")
+    assert result.executions <= within, result.executions
+
+
+@pytest.mark.parametrize("name", ["CondvarPool", "ThreadSemaphorePool", "PollingCasPool"])
+def test_the_delay_strategy_is_silent_on_correct_pools(name: str) -> None:
+    """Every motif's hot round and some cold delays on correct threaded pools: nothing found."""
+    memo: dict[str, object] = {}
+    first = run_slice("delay", _target(name), 0, 5.0, memo=memo)  # the hot round
+    more = run_slice("delay", _target(name), 1, 1.5, memo=memo)  # cold delays, going on
+    assert first.finding is None and more.finding is None
+    assert first.executions >= len(motifs(2, False)) and more.executions > 0
+
+
+def test_the_delay_strategy_is_silent_on_a_correct_async_pool() -> None:
+    """On the controlled loop every motif of a small async pool is exhausted (no hints there)."""
+    memo: dict[str, object] = {}
+    result = run_slice("delay", _target("AsyncioSemaphorePool"), 0, 20.0, memo=memo)
+    result = run_slice("delay", _target("AsyncioSemaphorePool"), 1, 20.0, memo=memo)
+    assert result.finding is None
+
+
+def test_a_delay_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None:
+    """The report carries the motif's programs; replay runs them under the recorded schedule."""
+    outcome = fuzz(_target("RetainLostUpdatePool"), budget_s=20, mix=("delay",), report_dir=tmp_path)
+    assert outcome.finding is not None and outcome.report is not None
+    report = load_report(outcome.report)
+    assert report["strategy"] == "delay" and report["config"]["fixed_scenario"] is True
+    replayed = replay_report(report)
+    assert replayed.reproduced and "exact replay" in replayed.note
+
+
+def test_motifs_cover_the_protocol_pairs_and_grow_with_the_pool() -> None:
+    """Seven motifs for threads, eight with cancellation for async; a larger pool is drained."""
+    assert len(motifs(2, False)) == 7 and len(motifs(2, True)) == 8
+    assert any(len(program) == 5 + 4 for m in motifs(4, False) for program in m.programs)
+
+
+def test_a_scenario_round_trips_through_json_and_bad_json_is_named() -> None:
+    for scenario in motifs(3, True):
+        assert Scenario.from_json(scenario.to_json()) == scenario
+    for bad in ([], "x", [[["fly", 1]]], [[["acquire"]]], [3]):
+        with pytest.raises(ValueError, match="scenario"):
+            Scenario.from_json(bad)
+
+
+def test_a_check_then_act_on_a_container_is_a_hot_window() -> None:
+    """``if self.items:`` then ``self.items.popleft()``: the lines after the check are hot, as
+    after a read of an attribute that a later line stores."""
+
+    class Pool:
+        def __init__(self) -> None:
+            self.items: list[int] = []
+
+        def take(self) -> int | None:
+            if not self.items:
+                return None
+            return self.items.pop()
+
+    code = Pool.take.__code__
+    first = code.co_firstlineno
+    assert hot_lines(code) == frozenset({first + 2, first + 3})
+    assert any(i.argval == "pop" for i in dis.get_instructions(code))
+
+
+def test_the_naive_baseline_finds_plain_bugs_and_is_silent_on_correct_pools() -> None:
+    """The afternoon stress test: the sequential misuse at once, nothing on correct pools."""
+    assert naive_time(_target("ClampedReleasePool"), 5.0) is not None
+    assert naive_time(_target("CondvarPool"), 1.0) is None
+    assert naive_time(_target("AnyioSemaphorePool", "trio"), 1.0) is None
+    assert naive_time(_target("AsyncResetAfterOfferPool"), 5.0) is not None
