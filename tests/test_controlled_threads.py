@@ -9,6 +9,7 @@ from __future__ import annotations
 import _thread
 import functools
 import queue
+import re
 import sys
 import threading
 import time
@@ -286,10 +287,16 @@ def test_spin_in_traced_module_exceeds_step_limit_naming_culprit() -> None:
     assert f"thread poller was running at {__file__}:" in str(info.value)
 
 
+def _controlled_thread(name: str) -> bool:
+    """A controlled thread's OS thread (``kvstress-t3``), not another harness thread
+    (``kvstress-trio``, which a hang test elsewhere may have left behind)."""
+    return re.fullmatch(r"kvstress-t\d+", name) is not None
+
+
 def _join_abandoned_threads() -> None:
     """Wait (bounded) for the OS threads of an abandoned run to unwind once unblocked."""
     for thread in REAL_THREADING.enumerate():
-        if thread.name.startswith("kvstress-t"):
+        if _controlled_thread(thread.name):
             thread.join(timeout=10)
 
 
@@ -334,7 +341,7 @@ def test_ctrl_c_in_the_supervisor_unwinds_every_controlled_thread() -> None:
         run(main, max_steps=10**8, stall_timeout=30)
     assert REAL_TIME.monotonic() - started < 5
     assert sorted(finished) == ["a", "b"]
-    assert not [t for t in REAL_THREADING.enumerate() if t.name.startswith("kvstress-t")]
+    assert not [t for t in REAL_THREADING.enumerate() if _controlled_thread(t.name)]
 
 
 # -- exceptions ----------------------------------------------------------------------------------

@@ -59,7 +59,12 @@ def test_a_finding_from_the_slice_ctrl_c_cut_short_is_dropped(
     ledger half settled): no report is written from it and the run is interrupted."""
 
     def interrupted_slice(
-        strategy: str, target: object, seed: int, budget: float, shrink_s: float | None = None
+        strategy: str,
+        target: object,
+        seed: int,
+        budget: float,
+        shrink_s: float | None = None,
+        memo: object = None,
     ) -> SliceResult:
         with contextlib.suppress(KeyboardInterrupt):  # as a gc callback or a pool's except would
             signal.raise_signal(signal.SIGINT)
@@ -79,7 +84,12 @@ def test_raise_interrupt_turns_the_clean_stop_into_keyboard_interrupt(
     raises KeyboardInterrupt, as a test or a score needs; its handler is put back first."""
 
     def interrupted_slice(
-        strategy: str, target: object, seed: int, budget: float, shrink_s: float | None = None
+        strategy: str,
+        target: object,
+        seed: int,
+        budget: float,
+        shrink_s: float | None = None,
+        memo: object = None,
     ) -> SliceResult:
         with contextlib.suppress(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
@@ -97,7 +107,12 @@ def test_without_ctrl_c_a_finding_is_reported(tmp_path: Path, monkeypatch: pytes
     """The same slice without the signal: its finding is written (the drop above is Ctrl-C's)."""
 
     def finding_slice(
-        strategy: str, target: object, seed: int, budget: float, shrink_s: float | None = None
+        strategy: str,
+        target: object,
+        seed: int,
+        budget: float,
+        shrink_s: float | None = None,
+        memo: object = None,
     ) -> SliceResult:
         violation = InvariantViolation("refcount", "block 0: refcount 1, the ledger says 2")
         return SliceResult(1, 3, Finding(violation, strategy, seed, 0.01, "machine"))
