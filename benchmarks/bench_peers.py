@@ -16,8 +16,9 @@ Each tool gets ``--budget`` seconds per mutant (default 10) and is timed to its 
   user writes for a pool (``MOTIFS``: two sharers release together, two acquirers race for one
   block, a release races a waiting acquire, a retain races a release, plus a sequential misuse
   test), one after another, each with what is left of the budget;
-- **naive**: the same short tests on real threads with random sleeps of up to 100 us at their
-  start, repeated until one fails or hangs (2 s), as a user writes in an afternoon.
+- **naive**: ``kvstress.fuzz._naive``, the same kind of short tests on real threads with random
+  sleeps of up to 100 us at their start, repeated until one fails or hangs, as a user writes in
+  an afternoon (``kvstress mutants --compare`` has it as its ``naive`` column).
 
 Timing bugs (a busy wait, a late timeout) have no invariant a short test can state, so the
 peers' columns read ``-`` for them. Numbers vary with the machine, so they are printed, never
@@ -28,12 +29,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +43,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvstress import mutants
-from kvstress.fuzz._score import detect
+from kvstress.fuzz._naive import naive_time
+from kvstress.fuzz._score import detect, spec_of
+from kvstress.fuzz._target import load_target
 from kvstress.pool._state import BlockState
 
 Motif = tuple[Callable[[], Any], list[Callable[[Any], Any]], Callable[[Any], bool]]
@@ -186,42 +187,6 @@ def frontrun_time(cls: type, strategy: str, budget: float) -> float | None:
     return None
 
 
-def _naive_worker(work: Callable[[Any], Any], state: Any, pause: float, errors: list[BaseException]) -> None:
-    time.sleep(pause)
-    try:
-        work(state)
-    except BaseException as error:
-        errors.append(error)
-
-
-def _daemon(target: Callable[..., Any], *args: Any) -> threading.Thread:
-    return threading.Thread(target=target, args=args, daemon=True)  # a hung one must not block exit
-
-
-def naive_time(cls: type, budget: float, seed: int = 0) -> float | None:
-    """Seconds until the motifs fail on real threads with random sleeps, or None."""
-    rng = random.Random(seed)
-    start = time.monotonic()
-    while time.monotonic() - start < budget:
-        for motif in MOTIFS:
-            setup, workers, holds = motif(cls)
-            state = setup()
-            errors: list[BaseException] = []
-            threads = [
-                threading.Thread(
-                    target=_naive_worker, args=(w, state, rng.random() * 1e-4, errors), daemon=True
-                )
-                for w in workers
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(2.0)
-            if errors or any(t.is_alive() for t in threads) or not holds(state):
-                return time.monotonic() - start
-    return None
-
-
 def _raised_by_the_pool(error: BaseException) -> bool:
     tb = error.__traceback__
     while tb is not None:
@@ -274,7 +239,7 @@ def main() -> None:
         hits = [t for t in times if t is not None]
         ours = f"{statistics.median(hits):.3f} {len(hits)}/{args.seeds}" if hits else f"- 0/{args.seeds}"
         dpor, rand = frontrun_child(cls.__qualname__, args.budget)
-        naive = _cell(naive_time(cls, args.budget))
+        naive = _cell(naive_time(load_target(spec_of(cls)), args.budget))
         print(f"{cls.__qualname__:34s} {ours:>16s} {dpor:>14s} {rand:>16s} {naive:>8s}", flush=True)
 
 
