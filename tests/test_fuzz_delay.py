@@ -102,3 +102,11 @@ def test_the_naive_baseline_finds_plain_bugs_and_is_silent_on_correct_pools() ->
     assert naive_time(_target("CondvarPool"), 1.0) is None
     assert naive_time(_target("AnyioSemaphorePool", "trio"), 1.0) is None
     assert naive_time(_target("AsyncResetAfterOfferPool"), 5.0) is not None
+
+
+def test_a_delay_only_run_ends_once_every_motif_is_exhausted(tmp_path: Path) -> None:
+    """On trio the scheduler has no per-step choice, so each motif has one interleaving: a
+    delay-only run ends after them rather than spin out its budget."""
+    outcome = fuzz(_target("AnyioSemaphorePool", "trio"), budget_s=60, mix=("delay",), report_dir=tmp_path)
+    assert outcome.finding is None and outcome.elapsed_s < 30
+    assert outcome.executions == len(motifs(2, True))

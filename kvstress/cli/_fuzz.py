@@ -1,24 +1,22 @@
 """``kvstress fuzz``: search a pool for violations within a budget; write a report for the first.
 
-Exit 0: none found within the budget. Exit 1: a violation, its report written. Exit 2: bad
-input (one line). ``--workers N`` runs N processes on distinct seed streams and stops them all
-at the first failure; ``--shard I/N`` takes every N-th stream, for CI matrices.
+Exit 0: none found within the budget. Exit 1: a violation, its report written (a pool that
+kills its fuzzing process is one: ``crash``). Exit 2: bad input (one line), or a run that
+completed no execution. The search runs in child processes under a supervisor
+(``kvstress.fuzz._isolate``): ``--workers N`` runs N of them on distinct seed streams and stops
+them all at the first failure; ``--shard I/N`` takes every N-th stream, for CI matrices.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import queue
 import sys
-import time
-from pathlib import Path
-from typing import Any
+from dataclasses import replace
 
 from kvstress.cli._logging import configure
 from kvstress.cli._parser import Parser, UsageError
-from kvstress.fuzz import FuzzOutcome, Progress, TargetError, fuzz, load_target, parse_mix
-from kvstress.fuzz._target import cwd_entries
+from kvstress.fuzz import Progress, TargetError, load_target, parse_mix
+from kvstress.fuzz._isolate import Job, Supervised, default_memory_limit, parse_size, supervise
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
@@ -44,11 +42,17 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
     )
     parser.add_argument("--workers", type=int, default=1, metavar="N", help="processes (%(default)s)")
     parser.add_argument("--shard", default="0/1", metavar="I/N", help="this machine's share (%(default)s)")
+    parser.add_argument(
+        "--memory-limit",
+        default="auto",
+        metavar="SIZE",
+        help="address space per fuzzing process, such as 4G, or none (auto: half the machine's memory)",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Fuzz as asked; print the finding's report and replay command."""
+    """Fuzz as asked, in supervised child processes; print the finding's report and replay."""
     if not args.budget > 0:
         raise UsageError(f"--budget must be > 0 seconds, got {args.budget:g}")
     if args.workers < 1:
@@ -56,27 +60,35 @@ def run(args: argparse.Namespace) -> int:
     shard, shards = _shard(args.shard)
     mix = parse_mix(args.strategy)
     shape = _shape(args.block_shape)
+    limit = default_memory_limit() if args.memory_limit == "auto" else _size(args.memory_limit)
     try:
         target = load_target(args.pool, num_blocks=args.blocks, block_shape=shape, backend=args.backend)
     except TargetError as error:
         raise UsageError(str(error)) from None
     configure(args.report_dir)
-    options = {"budget_s": args.budget, "seed": args.seed, "mix": mix, "report_dir": args.report_dir}
+    job = replace(
+        Job.of(target, budget_s=args.budget, seed=args.seed, mix=mix, report_dir=args.report_dir),
+        memory_limit=limit,
+    )
     streams = [shard + shards * w for w in range(args.workers)]
-    if args.workers == 1:
-        outcome = _single(target, streams[0], options)
-    else:
-        outcome = _many(args.pool, args.blocks, shape, args.backend, streams, options)
-    return _say(outcome, args)
+    result = _supervised(job, streams)
+    return _say(result, args)
 
 
-def _single(target: Any, stream: int, options: dict[str, Any]) -> FuzzOutcome:
+def _size(text: str) -> int | None:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def _supervised(job: Job, streams: list[int]) -> Supervised:
     if sys.stderr.isatty():
         from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as Bar
 
         with Bar(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True) as bar:
-            task = bar.add_task("fuzz", total=options["budget_s"])
+            task = bar.add_task("fuzz", total=job.budget_s)
 
             def show(p: Progress) -> None:
                 rate = p.executions / p.elapsed_s if p.elapsed_s else 0.0
@@ -89,7 +101,7 @@ def _single(target: Any, stream: int, options: dict[str, Any]) -> FuzzOutcome:
                     ),
                 )
 
-            return fuzz(target, stream=stream, on_progress=show, **options)
+            return supervise(job, streams, on_progress=show)
     last = [0.0]
 
     def line(p: Progress) -> None:
@@ -102,87 +114,11 @@ def _single(target: Any, stream: int, options: dict[str, Any]) -> FuzzOutcome:
                 flush=True,
             )
 
-    return fuzz(target, stream=stream, on_progress=line, **options)
+    return supervise(job, streams, on_progress=line)
 
 
-def _many(
-    spec: str, blocks: int, shape: tuple[int, ...], backend: str, streams: list[int], options: dict[str, Any]
-) -> FuzzOutcome:
-    context = multiprocessing.get_context("spawn")
-    stop, results = context.Event(), context.Queue()
-    processes = [
-        context.Process(
-            target=_worker, args=(spec, blocks, shape, backend, stream, options, stop, results), daemon=True
-        )
-        for stream in streams
-    ]
-    start = time.monotonic()
-    _start_clear_of_cwd(processes)
-    found: FuzzOutcome | None = None
-    executions = operations = 0
-    try:
-        for _ in processes:
-            done = _next_result(results, processes, options["budget_s"] + 60)
-            if done is None:
-                break
-            executions, operations = executions + done[1], operations + done[2]
-            if done[0] is not None and found is None:
-                found = FuzzOutcome(0, 0, 0.0, report=Path(done[0]))
-                stop.set()
-    finally:
-        stop.set()
-        for process in processes:
-            process.join(timeout=10)
-    if found is not None:
-        return FuzzOutcome(executions, operations, time.monotonic() - start, report=found.report)
-    return FuzzOutcome(executions, operations, time.monotonic() - start)
-
-
-def _start_clear_of_cwd(processes: list[Any]) -> None:
-    """Start ``processes`` with the parent's ``sys.path`` less the current directory.
-
-    A spawned child imports kvstress before anything else; with the current directory on its
-    path, a folder there named ``kvstress`` (a clone) would be imported as a namespace package
-    instead of the installed one (an editable install's finder comes after the path). Each
-    child appends the directory once kvstress is in (``load_target``), for the user's pool.
-    """
-    removed = cwd_entries()
-    saved = list(sys.path)
-    sys.path[:] = [entry for entry in sys.path if entry not in removed]
-    try:
-        for process in processes:
-            process.start()
-    finally:
-        sys.path[:] = saved
-
-
-def _next_result(results: Any, processes: list[Any], bound: float) -> tuple[str | None, int, int] | None:
-    deadline = time.monotonic() + bound
-    while time.monotonic() < deadline:
-        try:
-            return results.get(timeout=0.2)  # type: ignore[no-any-return]
-        except queue.Empty:
-            if not any(p.is_alive() for p in processes) and results.empty():
-                return None
-    return None
-
-
-def _worker(
-    spec: str,
-    blocks: int,
-    shape: tuple[int, ...],
-    backend: str,
-    stream: int,
-    options: dict[str, Any],
-    stop: Any,
-    results: Any,
-) -> None:
-    target = load_target(spec, num_blocks=blocks, block_shape=shape, backend=backend)
-    outcome = fuzz(target, stream=stream, stop=stop, **options)
-    results.put((str(outcome.report) if outcome.report else None, outcome.executions, outcome.operations))
-
-
-def _say(outcome: FuzzOutcome, args: argparse.Namespace) -> int:
+def _say(result: Supervised, args: argparse.Namespace) -> int:
+    outcome = result.outcome
     if outcome.report is not None:
         from kvstress.reports import load_report
 
@@ -195,9 +131,15 @@ def _say(outcome: FuzzOutcome, args: argparse.Namespace) -> int:
         print(f"html: {outcome.report.with_suffix('.html')}")
         print(f"replay: {report['replay']}")
         return 1
+    if not outcome.interrupted and outcome.executions == 0:
+        raise UsageError(
+            f"no execution completed in {args.budget:g} s, so nothing was checked: give it a longer "
+            "--budget (the pool's construction or first execution takes longer than that)"
+        )
     what = "interrupted" if outcome.interrupted else "no violation found"
+    each = f" (per worker: {', '.join(map(str, result.per_worker))})" if len(result.per_worker) > 1 else ""
     print(
-        f"{what}: {outcome.executions} executions, {outcome.operations} operations in "
+        f"{what}: {outcome.executions} executions{each}, {outcome.operations} operations in "
         f"{outcome.elapsed_s:.1f} s ({args.pool})"
     )
     return 130 if outcome.interrupted else 0

@@ -10,10 +10,9 @@ that misuse. Nothing is random, so its report replays exactly.
 
 from __future__ import annotations
 
+from kvstress import _flight
 from kvstress._violation import InvariantViolation
-from kvstress.checkers import TimingPolicy
-from kvstress.fuzz._target import FuzzTarget
-from kvstress.machines import pool_machine
+from kvstress.fuzz._target import FuzzTarget, machine_for
 
 CONTRACT_HANG_BOUND = 1.0  # seconds: an operation of the program that never returns is a hang
 
@@ -34,15 +33,9 @@ state.teardown()"""
 def run_contract(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
     """Run ``PROGRAM`` on ``target``'s pool: the violation it ends with (or None), and the
     program's text for a report."""
-    machine = pool_machine(
-        target.factory,
-        num_blocks=target.num_blocks,
-        block_shape=target.block_shape,
-        backend=target.backend,
-        timing=TimingPolicy(hang_bound=CONTRACT_HANG_BOUND),
-        batches=False,
-    )
+    machine = machine_for(target, CONTRACT_HANG_BOUND, batches=False)
     program = PROGRAM.format(machine=machine.__name__)
+    _flight.execution_started()
     state = machine()
     try:
         blocks_0 = state.acquire(holder="h0", timeout=0)

@@ -15,11 +15,14 @@ from typing import Any
 from kvstress.fuzz._contract import run_contract
 from kvstress.fuzz._slices import run_machine, scenario_config
 from kvstress.fuzz._target import FuzzTarget, load_target
+from kvstress.reports import load_report
 from kvstress.scenarios import replay, run_stress_execution
 from kvstress.scenarios._programs import Scenario
 from kvstress.schedulers import ScheduleDivergence
 
-KINDS = ("scenario", "stress", "machine", "contract")
+KINDS = ("scenario", "stress", "machine", "contract", "crash")
+CRASH_MARGIN_S = 30.0
+"""Seconds a crash replay may run past the moment the recorded crash came."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
     if kind not in KINDS:
         raise ValueError(f"the report's config.kind is {kind!r}, expected one of {KINDS}")
     assert isinstance(config, dict)
+    if kind == "crash":
+        return _replay_crash(report, config)
     target = load_target(
         report["pool"],
         num_blocks=config.get("num_blocks", 2),
@@ -51,6 +56,22 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
         backend=report.get("backend") or "asyncio",
     )
     invariant = report["invariant"]
+    outcome = _replay_in_place(kind, target, report, config, invariant, tries)
+    if not outcome.reproduced and invariant == "crash" and "stream" in config:
+        # A pool may crash on what its process did before (its 200th release): run the stream
+        # again from its start.
+        return _replay_crash(report, config)
+    return outcome
+
+
+def _replay_in_place(
+    kind: str,
+    target: FuzzTarget,
+    report: Mapping[str, Any],
+    config: Mapping[str, Any],
+    invariant: str,
+    tries: int,
+) -> ReplayOutcome:
     if kind == "scenario":
         return _replay_schedule(target, report, invariant)
     if kind == "contract":
@@ -93,3 +114,46 @@ def _replay_schedule(target: FuzzTarget, report: Mapping[str, Any], invariant: s
 def _stress_hit(target: FuzzTarget, seed: int, invariant: str) -> bool:
     record = run_stress_execution(scenario_config(target), seed)
     return record.failure is not None and record.failure.invariant == invariant
+
+
+def _replay_crash(report: Mapping[str, Any], config: Mapping[str, Any]) -> ReplayOutcome:
+    """Run the recorded stream again from its start in a supervised child, up to a little past
+    the moment it died: the same slices in the same order, so a pool that dies on its 200th
+    release dies again. Reproduced when the child dies the same way."""
+    import tempfile
+
+    from kvstress.fuzz._isolate import Job, supervise
+
+    recorded = str(config.get("death", ""))  # empty: a crash the child reported itself
+    try:
+        job = Job(
+            str(report["pool"]),
+            int(config["num_blocks"]),
+            tuple(int(d) for d in config["block_shape"]),
+            report.get("backend") or "asyncio",
+            min(float(config["budget_s"]), float(report["elapsed_s"]) + CRASH_MARGIN_S),
+            int(config["fuzz_seed"]),
+            tuple(str(m) for m in config["mix"]),
+            "",
+            str(report["mode"]),
+            config.get("memory_limit"),
+        )
+        stream = int(config["stream"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"the crash report's config is incomplete or corrupt: {error}") from None
+    with tempfile.TemporaryDirectory(prefix="kvstress-replay-") as scratch:
+        result = supervise(replace(job, report_dir=scratch), [stream], write=False)
+        found = load_report(result.outcome.report)["invariant"] if result.outcome.report else None
+    again = "the run, replayed from its start in a child,"
+    if not recorded:  # a crash the child reported itself (SystemExit from the pool, say)
+        if found == "crash":
+            return ReplayOutcome("crash", 1, 1, f"{again} crashed the same way")
+        return ReplayOutcome("crash", 1, 0, f"{again} found {found or 'nothing'}")
+    said = f"crash ({recorded})"
+    if result.death is not None:
+        if result.death.how == recorded:
+            return ReplayOutcome(said, 1, 1, f"{again} died the same way")
+        return ReplayOutcome(said, 1, 0, f"{again} died differently: {result.death.how}")
+    if found is not None:
+        return ReplayOutcome(said, 1, 0, f"{again} found {found} before any crash")
+    return ReplayOutcome(said, 1, 0, f"{again} did not die")

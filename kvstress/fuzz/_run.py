@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvstress import _flight
+from kvstress._interrupts import watching
 from kvstress._log import get_logger
 from kvstress.controlled._loop import asyncio_internals_missing
 from kvstress.fuzz._slices import STRATEGIES, Finding, run_slice
@@ -148,6 +150,7 @@ def _loop(
 ) -> FuzzOutcome:
     executions = operations = index = 0
     memo: dict[str, Any] = {}  # strategies' progress across this run's slices
+    spent: set[str] = set()  # strategies with nothing left to run (the delay search, exhausted)
     try:
         while (
             (elapsed := time.monotonic() - start) < budget_s
@@ -157,9 +160,15 @@ def _loop(
             strategy = _strategy_at(mix, index)
             if strategy is None:
                 break
+            if strategy in spent:
+                if set(mix) - ONCE <= spent:
+                    break  # every search strategy has run out: nothing is left to try
+                index += 1
+                continue
             if on_progress is not None:
                 on_progress(Progress(elapsed, budget_s, executions, operations, strategy))
             seed_i = slice_seed(seed, stream, index)
+            _flight.slice_started(index, strategy, seed_i)
             # The run ends at its first finding, so shrinking it may take what is left of the budget.
             result = run_slice(
                 strategy,
@@ -174,6 +183,8 @@ def _loop(
                 operations + result.operations,
                 index + 1,
             )
+            if result.exhausted:
+                spent.add(strategy)
             if ctrl_c.is_set():
                 # Ctrl-C landed inside this slice. An operation it cut short (a wait that gave
                 # up, a ledger half settled) is not the pool's fault, so nothing it found counts.
@@ -181,7 +192,16 @@ def _loop(
             if result.finding is not None:
                 found_at = elapsed + result.finding.elapsed_s
                 path = write_report(
-                    build_report(target, result.finding, found_at, executions, operations, seed), report_dir
+                    build_report(
+                        target,
+                        result.finding,
+                        found_at,
+                        executions,
+                        operations,
+                        seed,
+                        run={"stream": stream, "fuzz_seed": seed, "mix": list(mix), "budget_s": budget_s},
+                    ),
+                    report_dir,
                 )
                 log.warning("fuzz.violation", invariant=result.finding.violation.invariant, report=str(path))
                 return FuzzOutcome(executions, operations, time.monotonic() - start, result.finding, path)
@@ -251,16 +271,25 @@ def _ctrl_c_flag() -> Iterator[threading.Event]:
     signal.signal(signal.SIGINT, on_sigint)
     sys.unraisablehook = on_unraisable
     try:
-        yield flag
+        with watching(flag):  # a KeyboardInterrupt without the flag is then the pool's own
+            yield flag
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.unraisablehook = previous
 
 
 def build_report(
-    target: FuzzTarget, finding: Finding, elapsed_s: float, executions: int, operations: int, seed: int
+    target: FuzzTarget,
+    finding: Finding,
+    elapsed_s: float,
+    executions: int,
+    operations: int,
+    seed: int,
+    run: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The report's fields (``replay`` is filled in when it is written)."""
+    """The report's fields (``replay`` is filled in when it is written). ``run`` (stream, fuzz
+    seed, mix, budget) lets ``replay`` run the whole stream again, for a finding that depends on
+    what the process did before (a pool that crashes on its 200th release)."""
     violation = finding.violation
     return {
         "schema": "kvstress.failure/1",
@@ -287,6 +316,7 @@ def build_report(
             "kind": finding.kind,
             "num_blocks": target.num_blocks,
             "block_shape": list(target.block_shape),
+            **(run or {}),
             **finding.options,
         },
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -21,11 +21,11 @@ from hypothesis import seed as seed_machine
 from hypothesis.database import ExampleDatabase, InMemoryExampleDatabase
 from hypothesis.stateful import run_state_machine_as_test
 
+from kvstress import _flight
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
-from kvstress.checkers import TimingPolicy
 from kvstress.fuzz._contract import PROGRAM, run_contract
-from kvstress.fuzz._target import FuzzTarget
-from kvstress.machines import PoolMachine, pool_machine
+from kvstress.fuzz._target import FuzzTarget, machine_for
+from kvstress.machines import PoolMachine
 from kvstress.scenarios import ScenarioConfig, search, stress
 from kvstress.scenarios._motifs import motifs
 from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler, Scheduler
@@ -75,6 +75,7 @@ class SliceResult:
     operations: int = 0
     finding: Finding | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    exhausted: bool = False  # the strategy has nothing left to run in this fuzzing run
 
 
 def scenario_config(target: FuzzTarget) -> ScenarioConfig:
@@ -208,6 +209,7 @@ def _delay(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any])
             state.next += 1
         if state.next >= len(state.searches):
             state.next, state.round = 0, state.round + 1
+    result.exhausted = not state.searches
     return result
 
 
@@ -285,6 +287,7 @@ def _timed(machine: type[PoolMachine], clock: _ShrinkClock, seed: int) -> type[P
     class Timed(machine):  # type: ignore[valid-type,misc]
         def __init__(self) -> None:
             clock.check()  # every example after the first violation is a shrink step
+            _flight.execution_started()
             super().__init__()
 
         def _do(self, step: Callable[[], Any]) -> Any:
@@ -313,14 +316,7 @@ def run_machine(
     time at which the violation was found: the time to detect, as the controlled strategies
     count it, excludes shrinking.
     """
-    machine = pool_machine(
-        target.factory,
-        num_blocks=target.num_blocks,
-        block_shape=target.block_shape,
-        backend=target.backend,
-        timing=TimingPolicy(hang_bound=MACHINE_HANG_BOUND),
-        batches=batches,
-    )
+    machine = machine_for(target, MACHINE_HANG_BOUND, batches)
     clock = _ShrinkClock(shrink_s)
     timed = _timed(machine, clock, seed)
     database = InMemoryExampleDatabase()

@@ -47,6 +47,21 @@ class FuzzTarget:
         return "async" if self.is_async else "threads"
 
 
+def machine_for(target: FuzzTarget, hang_bound: float, batches: bool) -> type[Any]:
+    """The state machine class for ``target``'s pool (see ``kvstress.machines.pool_machine``)."""
+    from kvstress.checkers import TimingPolicy
+    from kvstress.machines import pool_machine
+
+    return pool_machine(
+        target.factory,
+        num_blocks=target.num_blocks,
+        block_shape=target.block_shape,
+        backend=target.backend,
+        timing=TimingPolicy(hang_bound=hang_bound),
+        batches=batches,
+    )
+
+
 def load_target(
     spec: str, *, num_blocks: int = 2, block_shape: Sequence[int] = (2, 4), backend: str = "asyncio"
 ) -> FuzzTarget:

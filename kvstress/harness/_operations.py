@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from kvstress import checkers
+from kvstress._interrupts import passes_through
 from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.harness._cpu import gc_wall_seconds, thread_cpu_without_gc
@@ -234,8 +235,10 @@ class Operations:
     ) -> Any:
         """Call a pool method (awaiting it if it is a coroutine); an exception is a crash."""
         suspensions = None
+        awaiting = False
         try:
             result = method(*args)
+            awaiting = True
             if inspect.iscoroutine(result):
                 waiter = Suspensions(result)
                 result = await waiter
@@ -253,9 +256,24 @@ class Operations:
             raise InvariantViolation(
                 "crash", f"{what}({', '.join(map(repr, args))}) raised {type(exc).__name__}: {exc}"
             ) from exc
-        except BaseException:  # cancelled: it may or may not have taken effect
-            self.history.end(index, self._stamp(), "info", "cancelled")
-            raise
+        except BaseException as exc:
+            # A GeneratorExit while awaiting is the harness closing this coroutine.
+            if passes_through(exc) or (awaiting and isinstance(exc, GeneratorExit)):
+                # cancelled: it may or may not have taken effect
+                self.history.end(index, self._stamp(), "info", "cancelled")
+                raise
+            self.history.end(
+                index,
+                self._stamp(),
+                "raised",
+                f"{type(exc).__name__}: {exc}",
+                {"traceback": traceback.format_exc(limit=8)},
+            )
+            raise InvariantViolation(
+                "crash",
+                f"{what}({', '.join(map(repr, args))}) raised {type(exc).__name__}({exc}): a pool must "
+                "not end the process",
+            ) from exc
         return (result, suspensions) if count else result
 
     def _read(self, index: int, block: Any, attribute: str) -> Any:

@@ -9,13 +9,15 @@ report directory) comes from the plugin's options.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kvstress._violation import InvariantViolation
+from kvstress._violation import InvariantViolation, Operation
 from kvstress.fuzz import FuzzOutcome, fuzz, load_target, parse_mix
+from kvstress.fuzz._isolate import Job, default_memory_limit, supervise
 from kvstress.pytest_plugin._options import SETTINGS, Settings, check_budget, check_seed
 from kvstress.pytest_plugin._seeds import seed_for
 from kvstress.reports import load_report
@@ -81,6 +83,7 @@ class PoolChecker:
         seed: int | None = None,
         backend: str = "asyncio",
         strategy: str = "auto",
+        isolate: bool = True,
     ) -> FuzzOutcome:
         """Fuzz the pool ``factory`` builds for ``budget`` seconds, as ``kvstress fuzz`` does.
 
@@ -89,6 +92,11 @@ class PoolChecker:
         is ``auto`` or a comma-separated list, as for ``kvstress fuzz --strategy``. Returns what
         the search did; raises ``InvariantViolation`` on a finding (its report already written),
         and ``ValueError`` (``kvstress.fuzz.TargetError`` for the pool) on bad arguments.
+
+        ``isolate`` (the default) runs the search in a child process, as ``kvstress fuzz`` does:
+        a pool that kills its process (a segfault, ``os._exit``) then fails this test with a
+        ``crash`` report instead of killing the pytest worker; it costs one process start
+        (about a second). ``isolate=False`` runs it in this process.
         """
         __tracebackhide__ = True  # the failure belongs to the test that called check
         spec = factory_spec(factory)
@@ -96,6 +104,16 @@ class PoolChecker:
         run_seed = self.seed if seed is None else check_seed(seed, "kvstress.check: seed")
         mix = parse_mix(strategy)
         target = load_target(spec, num_blocks=num_blocks, block_shape=block_shape, backend=backend)
+        if not isinstance(isolate, bool):
+            raise ValueError(f"kvstress.check: isolate must be True or False, got {isolate!r}")
+        if isolate:
+            job = Job.of(target, budget_s=budget_s, seed=run_seed, mix=mix, report_dir=self.report_dir)
+            result = supervise(replace(job, memory_limit=default_memory_limit()), [0])
+            if result.outcome.interrupted:
+                raise KeyboardInterrupt  # pytest must stop too
+            if result.outcome.report is not None:
+                raise self._reported(result.outcome.report, run_seed)
+            return result.outcome
         outcome = fuzz(
             target,
             budget_s=budget_s,
@@ -108,6 +126,14 @@ class PoolChecker:
         if outcome.finding is not None:
             raise self._violation(outcome.finding.violation, outcome.report, run_seed)
         return outcome
+
+    def _reported(self, path: Path, seed: int) -> InvariantViolation:
+        """The violation a child's report describes, with its history."""
+        report = load_report(path)
+        history = tuple(Operation(**op) for op in report["history"] if isinstance(op, dict))
+        return self._violation(
+            InvariantViolation(report["invariant"], report["message"], history), path, seed
+        )
 
     def _violation(self, found: InvariantViolation, path: Path | None, seed: int) -> InvariantViolation:
         if path is None:  # fuzz writes a report with every finding; without one, keep the finding

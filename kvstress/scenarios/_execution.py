@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import torch
 
-from kvstress import checkers
+from kvstress import _flight, checkers
 from kvstress._checks import check_block_shape, check_num_blocks
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
@@ -161,6 +161,7 @@ def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionReco
     """Run one execution (``scheduler.new_execution()`` is called by the run); never raises a
     violation: it is in the record's ``failure``. Raises ``SchedulerExhausted`` when the
     scheduler has no execution left, and what a broken scheduler raises."""
+    _flight.execution_started()
     record = ExecutionRecord()
     try:
         if config.is_async and config.backend == "trio":

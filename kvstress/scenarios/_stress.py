@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from kvstress import _flight
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled._patch import resolve_modules, source_files
@@ -138,6 +139,7 @@ def run_stress_execution(
 ) -> ExecutionRecord:
     """One free-running execution of the scenario drawn from ``seed``; the violation, if any,
     is in the record."""
+    _flight.execution_started()
     record = ExecutionRecord(scenario=draw_scenario(config, seed))
     timing = timing or TimingPolicy()
     try:

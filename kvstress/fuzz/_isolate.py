@@ -1,0 +1,429 @@
+"""Isolation: the search runs in child processes under a small supervisor that outlives them.
+
+A pool may kill the process it runs in: a C extension's segfault, ``os._exit``, an exit nobody
+asked for, the kernel's kill for memory. Each child fuzzes one seed stream and keeps a flight
+record in shared memory (``kvstress._flight``: the slice, its strategy and seed, and the
+execution in flight). A child that ends without handing in its result is a finding: the
+supervisor writes a ``crash`` report at once (the signal or exit status, the flight record, the
+child's last stderr lines, with ``faulthandler``'s stacks of every thread when a signal killed
+it), stops the other children and returns. A child over its budget by ``OVERSTAY_S`` is killed
+and reported the same way, so the run always ends. ``memory_limit`` bounds each child's address
+space (``RLIMIT_AS``): a runaway pool then fails an allocation, a ``crash`` finding, instead of
+taking the machine down.
+
+The flight record costs one shared-memory write per execution; the run's wall time grows by one
+process start (about a second: the child imports torch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvstress import _flight
+from kvstress.fuzz._run import FuzzOutcome, Progress
+from kvstress.fuzz._target import FuzzTarget, cwd_entries
+
+OVERSTAY_S = 60.0
+"""Seconds a child may run past its budget before the supervisor kills it as hung."""
+STDERR_LINES = 40
+"""The child's last stderr lines kept in a crash report."""
+
+
+def default_memory_limit() -> int | None:
+    """Half of this machine's physical memory, in bytes (None where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def parse_size(text: str) -> int | None:
+    """``--memory-limit``: bytes with an optional K, M, G or T suffix; ``none`` for no limit.
+    ValueError names the option."""
+    cleaned = text.strip().upper().removesuffix("B")
+    if cleaned in ("NONE", "0"):
+        return None
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(cleaned[-1:], 1)
+    number = cleaned[:-1] if scale > 1 else cleaned
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"--memory-limit must be a size such as 4G or 512M, or none, got {text!r}")
+    return int(value * scale)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What each child fuzzes: the target, by spec, and the run's options."""
+
+    spec: str
+    num_blocks: int
+    block_shape: tuple[int, ...]
+    backend: str
+    budget_s: float
+    seed: int
+    mix: tuple[str, ...]
+    report_dir: str
+    mode: str = "threads"
+    memory_limit: int | None = None
+
+    @classmethod
+    def of(
+        cls, target: FuzzTarget, *, budget_s: float, seed: int, mix: tuple[str, ...], report_dir: str | Path
+    ) -> Job:
+        """The job that fuzzes ``target`` as ``fuzz`` would."""
+        return cls(
+            target.spec,
+            target.num_blocks,
+            tuple(target.block_shape),
+            target.backend,
+            budget_s,
+            seed,
+            tuple(mix),
+            str(report_dir),
+            target.mode,
+        )
+
+
+@dataclass(frozen=True)
+class Death:
+    """A child that ended without its result, and where it was."""
+
+    worker: int
+    stream: int
+    exitcode: int | None  # negative: the signal that killed it; None: killed for overstaying
+    strategy: str
+    slice: int
+    slice_seed: int
+    execution: int
+    elapsed_s: float
+    executions: int
+    stderr: tuple[str, ...]
+
+    @property
+    def how(self) -> str:
+        """``SIGSEGV``, ``exit 3``, or ``hang``: what a reader and ``replay`` compare."""
+        if self.exitcode is None:
+            return "hang"
+        if self.exitcode < 0:
+            with contextlib.suppress(ValueError):
+                return signal.Signals(-self.exitcode).name
+            return f"signal {-self.exitcode}"
+        return f"exit {self.exitcode}"
+
+
+@dataclass
+class Supervised:
+    """The children's results together: the usual outcome, executions per worker, a death."""
+
+    outcome: FuzzOutcome
+    per_worker: list[int] = field(default_factory=list)
+    death: Death | None = None
+
+
+def supervise(
+    job: Job,
+    streams: list[int],
+    *,
+    on_progress: Callable[[Progress], None] | None = None,
+    write: bool = True,
+) -> Supervised:
+    """Fuzz ``job`` in one child per stream; see the module docstring. ``write`` writes a crash
+    report for a death (``replay`` compares deaths without one)."""
+    context = multiprocessing.get_context("spawn")
+    stop, events = context.Event(), context.Queue()
+    records = [context.Array("q", _flight.FIELDS, lock=False) for _ in streams]
+    logs = [_log_file() for _ in streams]
+    children = [
+        context.Process(
+            target=_child,
+            args=(job, stream, worker, records[worker], events, stop, logs[worker]),
+            name=f"kvstress-fuzz-{worker}",
+            daemon=True,
+        )
+        for worker, stream in enumerate(streams)
+    ]
+    start = time.monotonic()
+    results: dict[int, tuple[str | None, int, int, bool]] = {}
+    progress: dict[int, Progress] = {}
+    death: Death | None = None
+    interrupted = False
+    _start_clear_of_cwd(children)
+    try:
+        while len(results) < len(children) and death is None:
+            _drain(events, results, progress, on_progress, len(children), wait=0.1)
+            for worker, child in enumerate(children):
+                if worker in results or child.is_alive():
+                    continue
+                _drain(events, results, progress, on_progress, len(children), wait=0.5)
+                if worker not in results:
+                    death = _death(job, worker, streams, child.exitcode, records, progress, logs, start)
+                    break
+            else:
+                if time.monotonic() - start > job.budget_s + OVERSTAY_S:
+                    worker = next(w for w in range(len(children)) if w not in results)
+                    children[worker].kill()
+                    children[worker].join(5)
+                    death = _death(job, worker, streams, None, records, progress, logs, start)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        stop.set()
+        for child in children:  # a Ctrl-C in a terminal reached them too; elsewhere, pass it on
+            if child.is_alive() and child.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGINT if interrupted else signal.SIGTERM)
+        for child in children:
+            child.join(10)
+            if child.is_alive():
+                child.kill()
+                child.join(5)
+        with contextlib.suppress(Exception):
+            _drain(events, results, progress, None, len(children), wait=0.0)
+        for worker, log in enumerate(logs):
+            if death is None or worker != death.worker:
+                _echo(Path(log))
+            with contextlib.suppress(OSError):
+                os.unlink(log)
+    per_worker = [
+        results[w][1] if w in results else progress.get(w, _NONE).executions for w in range(len(streams))
+    ]
+    executions = sum(per_worker)
+    operations = sum(
+        results[w][2] if w in results else progress.get(w, _NONE).operations for w in range(len(streams))
+    )
+    elapsed = time.monotonic() - start
+    report = next((Path(r[0]) for r in results.values() if r[0] is not None), None)
+    interrupted = interrupted or any(r[3] for r in results.values())
+    if death is not None and write and report is None:
+        report = write_crash_report(job, death)
+    return Supervised(
+        FuzzOutcome(
+            executions, operations, elapsed, None, report, interrupted and death is None and report is None
+        ),
+        per_worker,
+        death,
+    )
+
+
+_NONE = Progress(0.0, 0.0, 0, 0, "")
+
+
+def _log_file() -> str:
+    fd, name = tempfile.mkstemp(prefix="kvstress-child-", suffix=".err")
+    os.close(fd)
+    return name
+
+
+def _drain(
+    events: Any,
+    results: dict[int, tuple[str | None, int, int, bool]],
+    progress: dict[int, Progress],
+    on_progress: Callable[[Progress], None] | None,
+    workers: int,
+    wait: float,
+) -> None:
+    first = True
+    while True:
+        try:
+            event = events.get(timeout=wait) if first and wait else events.get_nowait()
+        except (queue.Empty, EOFError, OSError):
+            return
+        first = False
+        kind, worker, *rest = event
+        if kind == "progress":
+            progress[worker] = Progress(*rest)
+            if on_progress is not None:
+                shown = list(progress.values())
+                on_progress(
+                    Progress(
+                        max(p.elapsed_s for p in shown),
+                        rest[1],
+                        sum(p.executions for p in shown),
+                        sum(p.operations for p in shown),
+                        rest[4],
+                    )
+                )
+        elif kind == "done":
+            results[worker] = (rest[0], rest[1], rest[2], rest[3])
+
+
+def _death(
+    job: Job,
+    worker: int,
+    streams: list[int],
+    exitcode: int | None,
+    records: list[Any],
+    progress: dict[int, Progress],
+    logs: list[str],
+    start: float,
+) -> Death:
+    record = list(records[worker])
+    return Death(
+        worker,
+        streams[worker],
+        exitcode,
+        _flight.strategy_of(record[_flight.STRATEGY]),
+        record[_flight.SLICE],
+        record[_flight.SEED],
+        record[_flight.EXECUTION],
+        _since(record[_flight.STARTED_US], time.monotonic() - start),
+        progress.get(worker, _NONE).executions,
+        tuple(_tail(Path(logs[worker]))),
+    )
+
+
+def _since(started_us: int, fallback: float) -> float:
+    """Seconds since the child's search began (its own start-up left out, as for any finding)."""
+    return time.time() - started_us / 1e6 if started_us else fallback
+
+
+def _tail(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    lines = [line for line in lines if not line.startswith("kvstress: fuzz ")]
+    fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), None)
+    if fatal is not None:  # faulthandler: the fatal line and the current thread's stack first
+        return lines[fatal : fatal + STDERR_LINES]
+    return lines[-STDERR_LINES:]
+
+
+def _echo(path: Path) -> None:
+    """Pass a child's stderr on to ours (its one-line notices, a library's warnings)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    if text:
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+
+
+def write_crash_report(job: Job, death: Death) -> Path:
+    """The report of a child's death (schema ``kvstress.failure/1``, invariant ``crash``)."""
+    from kvstress.reports import versions, write_report
+
+    where = (
+        f"in execution {death.execution} of a {death.strategy} slice (slice {death.slice}, seed "
+        f"{death.slice_seed})"
+        if death.strategy
+        else "before the first slice began"
+    )
+    if death.exitcode is None:
+        what = f"the fuzzing process did not stop within {OVERSTAY_S:g} s of its budget (killed) {where}"
+    elif death.exitcode < 0:
+        what = f"the fuzzing process was killed by {death.how} {where}"
+    else:
+        what = f"the fuzzing process exited with status {death.exitcode}, unasked, {where}"
+    last = next((line for line in death.stderr if line.startswith("Fatal Python error")), "")
+    last = last or next((line for line in reversed(death.stderr) if line.strip()), "")
+    message = f"{what}: the pool ended the process it runs in" + (
+        f"; its last words: {last.strip()}" if last else ""
+    )
+    report = {
+        "schema": "kvstress.failure/1",
+        "invariant": "crash",
+        "message": message,
+        "pool": job.spec,
+        "mode": job.mode,
+        "backend": job.backend if job.mode == "async" else None,
+        "strategy": death.strategy or "unknown",
+        "seed": death.slice_seed,
+        "schedule": None,
+        "elapsed_s": round(death.elapsed_s, 6),
+        "history": [],
+        "blocks": [],
+        "metrics": {"executions": death.executions, "operations": 0, "fuzz_seed": job.seed},
+        "versions": versions(),
+        "replay": "",
+        "stderr": list(death.stderr),
+        "config": {
+            "kind": "crash",
+            "num_blocks": job.num_blocks,
+            "block_shape": list(job.block_shape),
+            "death": death.how,
+            "stream": death.stream,
+            "fuzz_seed": job.seed,
+            "mix": list(job.mix),
+            "budget_s": job.budget_s,
+            "slice": death.slice,
+            "execution": death.execution,
+            "memory_limit": job.memory_limit,
+        },
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    return write_report(report, job.report_dir)
+
+
+def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: Any, log: str) -> None:
+    """A child's whole life: stderr to its log, faulthandler on, the memory bound, then fuzz."""
+    import faulthandler
+
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 2)
+    os.close(fd)
+    faulthandler.enable(all_threads=True)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if job.memory_limit is not None:
+        import resource
+
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (job.memory_limit, job.memory_limit))
+    _flight.attach(record)
+    from kvstress.fuzz._run import fuzz
+    from kvstress.fuzz._target import load_target
+
+    target = load_target(
+        job.spec, num_blocks=job.num_blocks, block_shape=job.block_shape, backend=job.backend
+    )
+
+    def progress(p: Progress) -> None:
+        events.put(("progress", worker, p.elapsed_s, p.budget_s, p.executions, p.operations, p.strategy))
+
+    _flight.run_started()
+    outcome = fuzz(
+        target,
+        budget_s=job.budget_s,
+        seed=job.seed,
+        mix=job.mix,
+        report_dir=job.report_dir,
+        stream=stream,
+        stop=stop,
+        on_progress=progress,
+    )
+    report = str(outcome.report) if outcome.report is not None else None
+    events.put(("done", worker, report, outcome.executions, outcome.operations, outcome.interrupted))
+    events.close()
+    events.join_thread()  # the result is in the pipe before this process may be killed
+
+
+def _start_clear_of_cwd(processes: list[Any]) -> None:
+    """Start ``processes`` with the parent's ``sys.path`` less the current directory.
+
+    A spawned child imports kvstress before anything else; with the current directory on its
+    path, a folder there named ``kvstress`` (a clone) would be imported as a namespace package
+    instead of the installed one (an editable install's finder comes after the path). Each
+    child appends the directory once kvstress is in (``load_target``), for the user's pool.
+    """
+    removed = cwd_entries()
+    saved = list(sys.path)
+    sys.path[:] = [entry for entry in sys.path if entry not in removed]
+    try:
+        for process in processes:
+            process.start()
+    finally:
+        sys.path[:] = saved

@@ -1,0 +1,64 @@
+"""Correct pools that end their process on their ``DIES_AT``-th release, the ways real pools die.
+
+The count is per process (a class attribute), as a C extension's state or a leak would be: a
+fuzzing child dies part way through its run, and a run replayed from its start dies again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Any, ClassVar
+
+from kvstress.mutants import CondvarPool
+
+DIES_AT = 50
+
+
+class _Dies(CondvarPool):
+    releases: ClassVar[int] = 0
+
+    def release(self, block: Any) -> bool:
+        type(self).releases += 1
+        if type(self).releases == DIES_AT:
+            self.die()
+        return super().release(block)
+
+    def die(self) -> None:
+        raise NotImplementedError
+
+
+class SegfaultPool(_Dies):
+    """A C extension's segfault."""
+
+    def die(self) -> None:
+        ctypes.string_at(0)
+
+
+class ExitPool(_Dies):
+    """``os._exit(3)``: no cleanup, no exception."""
+
+    def die(self) -> None:
+        os._exit(3)
+
+
+class SysExitPool(_Dies):
+    """``sys.exit(4)``: SystemExit, raised inside a pool call."""
+
+    def die(self) -> None:
+        sys.exit(4)
+
+
+class InterruptPool(_Dies):
+    """A KeyboardInterrupt the pool raises itself, with no Ctrl-C anywhere."""
+
+    def die(self) -> None:
+        raise KeyboardInterrupt
+
+
+class GreedyPool(_Dies):
+    """Exhausts memory: asks for 64 GiB at once."""
+
+    def die(self) -> None:
+        self.hoard = bytearray(64 << 30)

@@ -1,0 +1,172 @@
+"""A pool that kills its process is a finding: isolation, crash reports, replay (issue: crashes).
+
+Each pool here is a correct lock-and-condition pool whose 50th release, counted per process,
+dies one way (``tests/pools/crashing.py``). ``kvstress fuzz`` runs its search in a child under a
+supervisor, so every way ends with exit 1, a report, and a replay that reproduces it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvstress import _flight
+from kvstress._interrupts import passes_through, watching
+from kvstress.cli import main
+from kvstress.fuzz._isolate import parse_size
+from kvstress.fuzz._replay import replay_report
+from kvstress.reports import load_report
+
+TESTS = Path(__file__).parent
+
+
+def _fuzz(tmp_path: Path, pool: str, *extra: str) -> tuple[int, dict[str, object]]:
+    status = main(
+        ["fuzz", "--pool", f"pools.crashing:{pool}", "--budget", "20", "--report-dir", str(tmp_path), *extra]
+    )
+    reports = sorted(tmp_path.glob("*.json"))
+    assert len(reports) == 1, reports
+    return status, load_report(reports[0])
+
+
+@pytest.mark.parametrize(
+    ("pool", "death"), [("SegfaultPool", "SIGSEGV"), ("ExitPool", "exit 3")], ids=["segfault", "os._exit"]
+)
+def test_a_pool_that_kills_its_process_is_a_crash_report_that_replays(
+    pool: str, death: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The supervisor writes the report: how the child died, the execution in flight, its last
+    stderr lines; replay runs the stream again from its start in a child and it dies again."""
+    status, report = _fuzz(tmp_path, pool)
+    assert status == 1
+    assert report["invariant"] == "crash" and report["config"]["kind"] == "crash"  # type: ignore[index]
+    assert report["config"]["death"] == death  # type: ignore[index]
+    assert report["strategy"] in _flight.STRATEGY_CODES and report["config"]["execution"] >= 1  # type: ignore[index]
+    assert "the pool ended the process it runs in" in str(report["message"])
+    if death == "SIGSEGV":
+        assert any("Fatal Python error" in line for line in report["stderr"])  # type: ignore[attr-defined]
+        assert any("crashing.py" in line for line in report["stderr"])  # type: ignore[attr-defined]
+    assert "violation: [crash]" in capsys.readouterr().out
+    replayed = replay_report(report)
+    assert replayed.reproduced and replayed.invariant == f"crash ({death})"
+
+
+@pytest.mark.parametrize("pool", ["SysExitPool", "InterruptPool"])
+def test_a_base_exception_from_the_pool_is_a_finding_not_the_end(pool: str, tmp_path: Path) -> None:
+    """SystemExit, or a KeyboardInterrupt no Ctrl-C caused, raised in a pool call: a crash
+    finding with the call's history, replayed exactly like any other."""
+    status, report = _fuzz(tmp_path, pool)
+    assert status == 1 and report["invariant"] == "crash"
+    assert "a pool must not end the process" in str(report["message"])
+    assert replay_report(report).reproduced
+
+
+def test_with_workers_a_segfault_is_still_a_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The case that used to end "no violation found: 0 executions", exit 0."""
+    status, report = _fuzz(tmp_path, "SegfaultPool", "--workers", "2")
+    assert status == 1 and report["config"]["death"] == "SIGSEGV"  # type: ignore[index]
+    assert "no violation found" not in capsys.readouterr().out
+
+
+def test_a_runaway_pool_ends_as_a_report_under_the_memory_limit(tmp_path: Path) -> None:
+    """64 GiB asked at once, under a 3 GiB address-space limit: an allocation fails in the pool
+    call, a crash finding, and the machine is left alone."""
+    status, report = _fuzz(tmp_path, "GreedyPool", "--memory-limit", "3G")
+    assert status == 1 and report["invariant"] == "crash" and "MemoryError" in str(report["message"])
+
+
+def test_a_run_that_completes_no_execution_is_never_clean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A budget too short for one execution: exit 2 and one line, not "no violation found"."""
+    status = main(
+        [
+            "fuzz",
+            "--pool",
+            "kvstress.mutants:CondvarPool",
+            "--budget",
+            "0.000001",
+            "--report-dir",
+            str(tmp_path),
+        ]
+    )
+    captured = capsys.readouterr()
+    assert status == 2 and "no execution completed" in captured.err and len(captured.err.splitlines()) == 1
+    assert "no violation found" not in captured.out
+
+
+def test_a_clean_run_says_what_each_worker_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(
+        [
+            "fuzz",
+            "--pool",
+            "kvstress.mutants:CondvarPool",
+            "--budget",
+            "2",
+            "--workers",
+            "2",
+            "--report-dir",
+            str(tmp_path),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0 and "no violation found" in out and "(per worker: " in out
+
+
+def test_ctrl_c_still_exits_130(tmp_path: Path) -> None:
+    """A real Ctrl-C reaches the supervisor and its child: exit 130, no report, no traceback."""
+    command = [sys.executable, "-m", "kvstress", "fuzz", "--pool", "kvstress.mutants:CondvarPool"]
+    command += ["--budget", "60", "--report-dir", str(tmp_path)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # the supervisor and its child both started
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, (out, err)
+    assert "Traceback" not in err and not list(tmp_path.glob("*.json"))
+
+
+def test_sizes_are_parsed_and_bad_ones_named() -> None:
+    assert parse_size("4G") == 4 << 30 and parse_size("512m") == 512 << 20 and parse_size("none") is None
+    for bad in ("", "-1G", "lots", "0.0"):
+        with pytest.raises(ValueError, match="--memory-limit"):
+            parse_size(bad)
+
+
+def test_which_base_exceptions_pass_through_a_pool_call() -> None:
+    """Cancellation and the baton's unwinding go on; SystemExit and GeneratorExit are the pool's;
+    a KeyboardInterrupt is the pool's only while SIGINT is watched and no Ctrl-C came."""
+    import asyncio
+    import threading
+
+    from kvstress.controlled._baton import ThreadAborted
+
+    assert passes_through(asyncio.CancelledError()) and passes_through(ThreadAborted())
+    assert not passes_through(SystemExit(4)) and not passes_through(GeneratorExit())
+    assert passes_through(KeyboardInterrupt())  # unwatched: taken as a real Ctrl-C
+    flag = threading.Event()
+    with watching(flag):
+        assert not passes_through(KeyboardInterrupt())
+        flag.set()
+        assert passes_through(KeyboardInterrupt())
+
+
+def test_the_flight_record_follows_slices_and_executions() -> None:
+    record = [0] * _flight.FIELDS
+    _flight.attach(record)
+    try:
+        _flight.slice_started(3, "delay", 77)
+        _flight.execution_started()
+        _flight.execution_started()
+    finally:
+        _flight.attach(None)
+    assert record[: _flight.STARTED_US] == [3, _flight.STRATEGY_CODES.index("delay") + 1, 77, 2]
+    assert _flight.strategy_of(record[_flight.STRATEGY]) == "delay"
+    json.dumps(record)
