@@ -311,3 +311,40 @@ def test_a_user_s_run_shows_no_warning_kvstress_brings(pytester: pytest.Pytester
         result.assert_outcomes(passed=1)
         output = result.stdout.str() + result.stderr.str()
         assert "Warning" not in output, output
+
+
+CRASHING = """
+import ctypes
+
+from kvstress.mutants import CondvarPool
+
+
+class SegfaultPool(CondvarPool):
+    releases = 0
+
+    def release(self, block):
+        type(self).releases += 1
+        if type(self).releases == 30:
+            ctypes.string_at(0)
+        return super().release(block)
+
+
+def test_crashing_pool(kvstress):
+    kvstress.check(SegfaultPool)
+
+
+def test_after_it(kvstress):
+    kvstress.check("kvstress.mutants:CondvarPool")
+"""
+
+
+def test_a_pool_that_kills_its_process_fails_its_test_not_the_session(pytester: pytest.Pytester) -> None:
+    """check() isolates by default: a segfaulting pool fails its test with a crash report, and
+    the session goes on to the next test."""
+    pytester.makeini(INI)
+    pytester.makepyfile(test_crashing=CRASHING)
+    result = pytester.runpytest_subprocess("--kvstress-budget=5", "--kvstress-report-dir=out")
+    result.assert_outcomes(passed=1, failed=1)
+    path, report = _only_report(pytester.path / "out")
+    assert report["invariant"] == "crash" and report["config"]["death"] == "SIGSEGV"  # type: ignore[index]
+    result.stdout.fnmatch_lines(["E *InvariantViolation: [[]crash[]] *SIGSEGV*", f"E * report: {path}"])
