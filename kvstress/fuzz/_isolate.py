@@ -387,6 +387,7 @@ def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: A
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (job.memory_limit, job.memory_limit))
     _flight.attach(record)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # started ignored: see _start_clear_of_cwd
     from kvstress.fuzz._run import fuzz
     from kvstress.fuzz._target import load_target
 
@@ -425,8 +426,16 @@ def _start_clear_of_cwd(processes: list[Any]) -> None:
     removed = cwd_entries()
     saved = list(sys.path)
     sys.path[:] = [entry for entry in sys.path if entry not in removed]
+    # Children start ignoring SIGINT (the disposition survives exec), so a Ctrl-C while one is
+    # still importing cannot leave a traceback; each takes it back before it fuzzes.
+    try:
+        ignored: Any = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: leave signals alone
+        ignored = None
     try:
         for process in processes:
             process.start()
     finally:
         sys.path[:] = saved
+        if ignored is not None:
+            signal.signal(signal.SIGINT, ignored)

@@ -3,7 +3,9 @@
 A controlled failure replays exactly from its schedule string, and a contract failure from its
 fixed program, so one run says whether it recurs. Free-running stress and the state machine on
 real threads can only re-run their seed; they are tried several times and the answer is a
-reproduction rate.
+reproduction rate. A pool that killed its fuzzing process (config kind ``crash``), or crashed in
+a way that depends on what its process did before, is replayed by running the recorded stream
+again from its start in a supervised child: reproduced when it dies (or crashes) the same way.
 """
 
 from __future__ import annotations
