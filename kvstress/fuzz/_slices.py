@@ -28,6 +28,7 @@ from kvstress.fuzz._target import FuzzTarget, machine_for
 from kvstress.machines import PoolMachine
 from kvstress.scenarios import ScenarioConfig, search, stress
 from kvstress.scenarios._motifs import motifs
+from kvstress.scenarios._search import ScenarioFailure
 from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler, Scheduler
 
 STRATEGIES = ("contract", "delay", "pct", "random", "machine", "stress")
@@ -124,22 +125,30 @@ def _controlled(make: Callable[[int], Scheduler], name: str) -> _Runner:
         failure = result.failure
         if failure is None:
             return SliceResult(result.executions, result.operations)
-        finding = Finding(
-            failure.violation,
-            name,
-            seed,
-            result.elapsed_s,
-            "scenario",
-            schedule=str(failure.schedule),
-            history=failure.history,
-            blocks=failure.blocks,
-            failed_op=failure.failed_op,
-            scenario=failure.scenario.to_json(),
-            table=failure.table(),
-        )
+        finding = scenario_finding(failure, name, seed, result.elapsed_s)
         return SliceResult(result.executions, result.operations, finding)
 
     return run
+
+
+def scenario_finding(
+    failure: ScenarioFailure, strategy: str, seed: int, elapsed_s: float, **options: Any
+) -> Finding:
+    """A controlled scenario's failure as a finding; ``options`` go to the report's config."""
+    return Finding(
+        failure.violation,
+        strategy,
+        seed,
+        elapsed_s,
+        "scenario",
+        schedule=str(failure.schedule),
+        history=failure.history,
+        blocks=failure.blocks,
+        failed_op=failure.failed_op,
+        scenario=failure.scenario.to_json(),
+        table=failure.table(),
+        options=options,
+    )
 
 
 @dataclass
@@ -187,20 +196,9 @@ def _delay(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any])
         result.executions += found.executions
         result.operations += found.operations
         if found.failure is not None:
-            failure = found.failure
-            result.finding = Finding(
-                failure.violation,
-                "delay",
-                seed,
-                began + found.elapsed_s,  # shrinking excluded, as for the other strategies
-                "scenario",
-                schedule=str(failure.schedule),
-                history=failure.history,
-                blocks=failure.blocks,
-                failed_op=failure.failed_op,
-                scenario=failure.scenario.to_json(),
-                table=failure.table(),
-                options={"fixed_scenario": True},
+            # Shrinking excluded from the time, as for the other strategies.
+            result.finding = scenario_finding(
+                found.failure, "delay", seed, began + found.elapsed_s, fixed_scenario=True
             )
             return result
         if scheduler.exhausted:

@@ -246,35 +246,29 @@ class Operations:
             elif isinstance(result, Awaitable):
                 result = await result
         except Exception as exc:
-            self.history.end(
-                index,
-                self._stamp(),
-                "raised",
-                f"{type(exc).__name__}: {exc}",
-                {"traceback": traceback.format_exc(limit=8)},
-            )
-            raise InvariantViolation(
-                "crash", f"{what}({', '.join(map(repr, args))}) raised {type(exc).__name__}: {exc}"
-            ) from exc
+            call = f"{what}({', '.join(map(repr, args))})"
+            raise self._raised(index, exc, f"{call} raised {type(exc).__name__}: {exc}") from exc
         except BaseException as exc:
             # A GeneratorExit while awaiting is the harness closing this coroutine.
             if passes_through(exc) or (awaiting and isinstance(exc, GeneratorExit)):
                 # cancelled: it may or may not have taken effect
                 self.history.end(index, self._stamp(), "info", "cancelled")
                 raise
-            self.history.end(
-                index,
-                self._stamp(),
-                "raised",
-                f"{type(exc).__name__}: {exc}",
-                {"traceback": traceback.format_exc(limit=8)},
-            )
-            raise InvariantViolation(
-                "crash",
-                f"{what}({', '.join(map(repr, args))}) raised {type(exc).__name__}({exc}): a pool must "
-                "not end the process",
-            ) from exc
+            call = f"{what}({', '.join(map(repr, args))})"
+            ended = f"{call} raised {type(exc).__name__}({exc}): a pool must not end the process"
+            raise self._raised(index, exc, ended) from exc
         return (result, suspensions) if count else result
+
+    def _raised(self, index: int, exc: BaseException, message: str) -> InvariantViolation:
+        """End operation ``index`` as raised (with its traceback); the ``crash`` to raise."""
+        self.history.end(
+            index,
+            self._stamp(),
+            "raised",
+            f"{type(exc).__name__}: {exc}",
+            {"traceback": traceback.format_exc(limit=8)},
+        )
+        return InvariantViolation("crash", message)
 
     def _read(self, index: int, block: Any, attribute: str) -> Any:
         try:
