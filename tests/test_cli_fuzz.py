@@ -132,8 +132,9 @@ def test_a_factory_missing_the_protocol_is_a_usage_error(tmp_path: Path) -> None
         ("[1, 2]", "not an object"),
         ('{"schema": "junit/1"}', "schema"),
         ('{"schema": "kvstress.failure/1", "invariant": "dirty-read"}', "missing"),
+        ('{"schema": "kvstress\x01"}', "Invalid control character at line 1"),
     ],
-    ids=["truncated", "not-an-object", "foreign", "incomplete"],
+    ids=["truncated", "not-an-object", "foreign", "incomplete", "control-character"],
 )
 def test_replay_of_a_bad_report_is_exit_2(tmp_path: Path, content: str, says: str) -> None:
     """A truncated, corrupt or foreign file: exit 2 and one line; nothing is unpickled."""
@@ -210,3 +211,30 @@ def test_a_folder_named_kvstress_in_the_current_directory_does_not_shadow_the_pa
         assert "ImportError" not in done.stderr
         executions = int(done.stdout.split("no violation found: ")[1].split()[0])
         assert executions > 0, done.stdout
+
+
+def test_an_asyncio_only_pool_on_trio_is_a_setup_error_not_a_crash(tmp_path: Path) -> None:
+    """It cannot wait on trio at all, though it runs on asyncio: exit 2, one line naming both."""
+    done = kvstress(
+        "fuzz",
+        "--pool",
+        "kvstress.mutants:AsyncioSemaphorePool",
+        "--backend",
+        "trio",
+        "--budget",
+        "2",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+    assert "cannot run on trio" in done.stderr and "--backend asyncio" in done.stderr
+    assert not (tmp_path / "reports").exists() or not list((tmp_path / "reports").glob("*.json"))
+
+
+def test_a_bad_pool_name_is_said_without_cli_flags() -> None:
+    """load_target serves kvstress.check too, where there is no --pool to speak of."""
+    from kvstress.fuzz import TargetError, load_target
+
+    for spec in ("kvstress.mutants:Nope", "no.such.module:Pool", "not a spec"):
+        with pytest.raises(TargetError) as info:
+            load_target(spec)
+        assert "--pool" not in str(info.value)

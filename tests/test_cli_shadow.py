@@ -80,7 +80,7 @@ def test_a_lost_block_exits_1_and_its_replay_reproduces_it(
     [
         (["--pool", "kvstress:AsyncBlockPool"], "is an async pool; shadow mode drives thread-flavoured"),
         (["--pool", "no_such_module_xyz:Pool"], "cannot import 'no_such_module_xyz'"),
-        (["--pool", "not a spec"], "--pool must be MODULE:ATTR"),
+        (["--pool", "not a spec"], "the pool must be named MODULE:ATTR"),
         (["--pool", RESET, "--blocks", "3"], "--blocks must be >= 4"),
         (["--pool", RESET, "--model", "no-such-model"], "--model: "),
         (["--pool", RESET, "--budget", "0"], "--budget must be > 0 seconds"),

@@ -69,10 +69,10 @@ def load_target(
     to check it keeps the protocol, and tell threads from async."""
     if not isinstance(spec, str) or not _SPEC.match(spec):
         raise TargetError(
-            f"--pool must be MODULE:ATTR (for example kvstress:ThreadedBlockPool), got {spec!r}"
+            f"the pool must be named MODULE:ATTR (for example kvstress:ThreadedBlockPool), got {spec!r}"
         )
     if backend not in BACKENDS:
-        raise TargetError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        raise TargetError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     try:
         blocks, shape = check_num_blocks(num_blocks), check_block_shape(block_shape)
     except ValueError as error:
@@ -84,7 +84,48 @@ def load_target(
         raise TargetError(
             f"{spec} built a {type(pool).__name__}, which lacks the protocol's {', '.join(missing)}"
         )
-    return FuzzTarget(spec, factory, inspect.iscoroutinefunction(pool.acquire), blocks, shape, backend)
+    is_async = inspect.iscoroutinefunction(pool.acquire)
+    if is_async:
+        _check_backend(spec, factory, blocks, shape, backend)
+    return FuzzTarget(spec, factory, is_async, blocks, shape, backend)
+
+
+def _check_backend(
+    spec: str, factory: Callable[..., Any], blocks: int, shape: tuple[int, ...], backend: str
+) -> None:
+    """An async pool that cannot take every block, wait out a short timeout and give them back
+    on ``backend``, though it can on another backend, is a setup error (an asyncio-only pool run
+    on trio), not a finding. A pool that fails on every backend is left to the search: that is a
+    bug of its own."""
+
+    async def one_round() -> None:
+        pool = factory(blocks, shape, dtype=torch.float32, device=None)
+        taken = [await pool.acquire(0) for _ in range(blocks)]
+        late = await pool.acquire(0.001)  # waits: the primitives of the wait path run too
+        for block in [*taken, late]:
+            if block is not None:
+                await _maybe(pool.release(block))
+
+    def fails(on: str) -> BaseException | None:
+        try:
+            anyio.run(one_round, backend=on)
+        except Exception as error:
+            return error
+        return None
+
+    error = fails(backend)
+    if error is None:
+        return
+    others = [other for other in BACKENDS if other != backend and fails(other) is None]
+    if others:
+        raise TargetError(
+            f"{spec} cannot run on {backend} ({type(error).__name__}: {error}), though it runs on "
+            f"{others[0]}: choose --backend {others[0]}"
+        )
+
+
+async def _maybe(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
 
 
 def make_cwd_importable() -> None:
@@ -111,15 +152,15 @@ def _import(spec: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except Exception as error:
         raise TargetError(
-            f"cannot import {module_name!r} for --pool {spec}: {type(error).__name__}: {error}"
+            f"cannot import {module_name!r} for the pool {spec}: {type(error).__name__}: {error}"
         ) from None
     value: Any = module
     for part in attribute.split("."):
         if not hasattr(value, part):
-            raise TargetError(f"module {module_name!r} has no attribute {attribute!r} (--pool {spec})")
+            raise TargetError(f"module {module_name!r} has no attribute {attribute!r} (the pool {spec})")
         value = getattr(value, part)
     if not callable(value):
-        raise TargetError(f"--pool {spec} names a {type(value).__name__}, not a pool class or factory")
+        raise TargetError(f"the pool {spec} names a {type(value).__name__}, not a pool class or factory")
     return value  # type: ignore[no-any-return]
 
 

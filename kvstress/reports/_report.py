@@ -98,8 +98,9 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
+        why = error.msg.removesuffix(" at")  # "Invalid control character at": no "at at line 1"
         raise ReportError(
-            f"{str(path)!r} is not a kvstress report: not JSON ({error.msg} at line {error.lineno})"
+            f"{str(path)!r} is not a kvstress report: not JSON ({why} at line {error.lineno})"
         ) from None
     if not isinstance(data, dict):
         raise ReportError(f"{str(path)!r} is not a kvstress report: the JSON is not an object")
