@@ -348,3 +348,20 @@ def test_a_pool_that_kills_its_process_fails_its_test_not_the_session(pytester: 
     path, report = _only_report(pytester.path / "out")
     assert report["invariant"] == "crash" and report["config"]["death"] == "SIGSEGV"  # type: ignore[index]
     result.stdout.fnmatch_lines(["E *InvariantViolation: [[]crash[]] *SIGSEGV*", f"E * report: {path}"])
+
+
+def test_the_fixture_has_a_name_that_does_not_hide_the_package(pytester: pytest.Pytester) -> None:
+    """``import kvstress`` and the fixture in one module: ``kvstress_fuzz`` is the same fixture."""
+    pytester.makeini(INI)
+    pytester.makepyfile(
+        test_both="""
+import kvstress
+
+
+def test_both(kvstress_fuzz):
+    assert kvstress.ThreadedBlockPool is not None
+    kvstress_fuzz.check("kvstress.mutants:CondvarPool", budget=1)
+"""
+    )
+    result = pytester.runpytest_subprocess("--kvstress-report-dir=out")
+    result.assert_outcomes(passed=1)

@@ -279,14 +279,22 @@ class _ShrinkClock:
             raise _ShrinkBudgetSpent
 
 
-def _timed(machine: type[PoolMachine], clock: _ShrinkClock, seed: int) -> type[PoolMachine]:
-    """``machine`` seeded by ``seed`` (Hypothesis' public ``@seed``) and cut off by ``clock``."""
+def _timed(
+    machine: type[PoolMachine], clock: _ShrinkClock, seed: int, operations: list[int] | None = None
+) -> type[PoolMachine]:
+    """``machine`` seeded by ``seed`` (Hypothesis' public ``@seed``) and cut off by ``clock``;
+    ``operations`` (one int) counts the operations of its examples, for progress."""
 
     class Timed(machine):  # type: ignore[valid-type,misc]
         def __init__(self) -> None:
             clock.check()  # every example after the first violation is a shrink step
             _flight.execution_started()
             super().__init__()
+
+        def teardown(self) -> None:
+            if operations is not None:
+                operations[0] += len(self.driver.history.snapshot())
+            super().teardown()
 
         def _do(self, step: Callable[[], Any]) -> Any:
             result = super()._do(step)
@@ -304,6 +312,7 @@ def run_machine(
     shrink_s: float = 5.0,
     batches: bool = True,
     search_ended: list[float] | None = None,
+    operations: list[int] | None = None,
 ) -> InvariantViolation | None:
     """One seeded Hypothesis run of the state machine; the violation it ends with, if any.
 
@@ -316,7 +325,7 @@ def run_machine(
     """
     machine = machine_for(target, MACHINE_HANG_BOUND, batches)
     clock = _ShrinkClock(shrink_s)
-    timed = _timed(machine, clock, seed)
+    timed = _timed(machine, clock, seed, operations)
     database = InMemoryExampleDatabase()
     try:
         try:
@@ -372,9 +381,13 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
         batches = run % 2 == 1
         shrink_left = min(MACHINE_SHRINK_CAP_S, max(1.0, shrink_total - (time.monotonic() - start)))
         ended: list[float] = []
-        violation = run_machine(target, run_seed, shrink_s=shrink_left, batches=batches, search_ended=ended)
+        counted = [0]
+        violation = run_machine(
+            target, run_seed, shrink_s=shrink_left, batches=batches, search_ended=ended, operations=counted
+        )
         run += 1
         result.executions += MACHINE_EXAMPLES
+        result.operations += counted[0]
         if violation is not None:
             found_at = (ended[0] if ended else time.monotonic()) - start
             result.finding = Finding(

@@ -1,7 +1,8 @@
 """The kvstress pytest plugin (entry point ``pytest11: kvstress``).
 
 - The ``kvstress`` fixture: ``kvstress.check(MyPool)`` fuzzes a pool as ``kvstress fuzz``
-  does and fails the test with ``InvariantViolation`` (report path and replay command included).
+  does and fails the test with ``InvariantViolation`` (report path and replay command included);
+  ``kvstress_fuzz`` is the same fixture under a name that does not hide ``import kvstress``.
 - Options (and ini values): ``--kvstress-budget``, ``--kvstress-seed``,
   ``--kvstress-report-dir``, ``--kvstress-controlled-loop``; the ``kvstress`` marker.
 - Hypothesis profiles ``kvstress-dev``, ``kvstress-ci`` and ``kvstress-nightly``.
@@ -12,6 +13,7 @@ This module only re-exports; pytest finds the hooks and the fixture by these nam
 from kvstress.pytest_plugin._fixture import PoolChecker as PoolChecker
 from kvstress.pytest_plugin._fixture import factory_spec as factory_spec
 from kvstress.pytest_plugin._fixture import kvstress as kvstress
+from kvstress.pytest_plugin._fixture import kvstress_fuzz as kvstress_fuzz
 from kvstress.pytest_plugin._loop import ControlledLoops as ControlledLoops
 from kvstress.pytest_plugin._plugin import pytest_addoption as pytest_addoption
 from kvstress.pytest_plugin._plugin import pytest_configure as pytest_configure

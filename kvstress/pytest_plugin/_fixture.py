@@ -154,10 +154,21 @@ class PoolChecker:
         return InvariantViolation(report["invariant"], "\n".join(lines), found.history, found.blocks)
 
 
-@pytest.fixture
-def kvstress(request: pytest.FixtureRequest) -> PoolChecker:
-    """Fuzz a pool from a test: ``kvstress.check(MyPool)`` fails the test on a broken invariant."""
+def _checker(request: pytest.FixtureRequest) -> PoolChecker:
     node = request.node
     if not isinstance(node, pytest.Item):
         raise TypeError(f"the kvstress fixture is function-scoped, but was requested by {node!r}")
     return PoolChecker(request.config.stash[SETTINGS], node)
+
+
+@pytest.fixture
+def kvstress(request: pytest.FixtureRequest) -> PoolChecker:
+    """Fuzz a pool from a test: ``kvstress.check(MyPool)`` fails the test on a broken invariant."""
+    return _checker(request)
+
+
+@pytest.fixture
+def kvstress_fuzz(request: pytest.FixtureRequest) -> PoolChecker:
+    """The ``kvstress`` fixture under a name that does not hide ``import kvstress`` in the same
+    module: ``kvstress_fuzz.check(MyPool)``."""
+    return _checker(request)
