@@ -73,6 +73,9 @@ def test_replay_reproduces_exactly(found: tuple[subprocess.CompletedProcess[str]
     done = kvstress("replay", str(report), cwd=cwd)
     assert done.returncode == 1, done.stderr
     assert done.stdout.splitlines()[0] == "reproduced: dirty-read"
+    assert "violation: [dirty-read]" in done.stdout and "interleaving:" in done.stdout
+    quiet = kvstress("replay", "--quiet", str(report), cwd=cwd)
+    assert quiet.returncode == 1 and quiet.stdout.splitlines() == ["reproduced: dirty-read"]
 
 
 def test_report_prints_and_rerenders(found: tuple[subprocess.CompletedProcess[str], Path]) -> None:

@@ -25,6 +25,9 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
     parser.add_argument(
         "--tries", type=int, default=10, help="re-runs of a failure that cannot replay exactly (%(default)s)"
     )
+    parser.add_argument(
+        "--quiet", action="store_true", help="only the verdict line, without the summary and interleaving"
+    )
     parser.set_defaults(run=run)
 
 
@@ -38,12 +41,28 @@ def run(args: argparse.Namespace) -> int:
     except (ReportError, TargetError) as error:
         raise UsageError(str(error)) from None
     rate = f" ({outcome.hits}/{outcome.tries} tries)" if outcome.tries > 1 else ""
-    if outcome.reproduced:
-        print(f"reproduced: {outcome.invariant}{rate}")
-        if outcome.note:
-            print(outcome.note)
-        return 1
-    print(f"not reproduced: {outcome.invariant}{rate}")
+    print(f"{'reproduced' if outcome.reproduced else 'not reproduced'}: {outcome.invariant}{rate}")
+    if args.quiet:
+        return 1 if outcome.reproduced else 0
     if outcome.note:
         print(outcome.note)
-    return 0
+    _summary(report)
+    return 1 if outcome.reproduced else 0
+
+
+def _summary(report: dict[str, object]) -> None:
+    """What the report recorded: the violation, where it was found, and its interleaving."""
+    print(f"violation: [{report['invariant']}] {' '.join(str(report['message']).splitlines())}")
+    print(f"pool: {report['pool']}  strategy: {report['strategy']}  seed: {report['seed']}")
+    table = report.get("table")
+    if isinstance(table, str) and table:
+        print("interleaving:")
+        print(table)
+    program = report.get("program")
+    if isinstance(program, str) and program:
+        print("program:")
+        print(program)
+    stderr = report.get("stderr")
+    if isinstance(stderr, list) and stderr:
+        print("the process's last words:")
+        print("\n".join(str(line) for line in stderr[:12]))
