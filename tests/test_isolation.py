@@ -77,7 +77,7 @@ def test_with_workers_a_segfault_is_still_a_finding(
 
 
 def test_a_runaway_pool_ends_as_a_report_under_the_memory_limit(tmp_path: Path) -> None:
-    """64 GiB asked at once, under a 3 GiB address-space limit: an allocation fails in the pool
+    """64 GiB asked at once, under a 3 GiB memory limit (RLIMIT_DATA): an allocation fails in the pool
     call, a crash finding, and the machine is left alone."""
     status, report = _fuzz(tmp_path, "GreedyPool", "--memory-limit", "3G")
     assert status == 1 and report["invariant"] == "crash" and "MemoryError" in str(report["message"])

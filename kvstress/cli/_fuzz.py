@@ -46,7 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
         "--memory-limit",
         default="auto",
         metavar="SIZE",
-        help="address space per fuzzing process, such as 4G, or none (auto: half the machine's memory)",
+        help="heap and private memory per fuzzing process, such as 4G, or none (auto: half the machine's)",
     )
     parser.set_defaults(run=run)
 

@@ -7,9 +7,10 @@ execution in flight). A child that ends without handing in its result is a findi
 supervisor writes a ``crash`` report at once (the signal or exit status, the flight record, the
 child's last stderr lines, with ``faulthandler``'s stacks of every thread when a signal killed
 it), stops the other children and returns. A child over its budget by ``OVERSTAY_S`` is killed
-and reported the same way, so the run always ends. ``memory_limit`` bounds each child's address
-space (``RLIMIT_AS``): a runaway pool then fails an allocation, a ``crash`` finding, instead of
-taking the machine down.
+and reported the same way, so the run always ends. ``memory_limit`` bounds each child's heap and
+private memory (``RLIMIT_DATA``): a runaway pool then fails an allocation, a ``crash`` finding,
+instead of taking the machine down. Not ``RLIMIT_AS``: a CUDA context reserves far more address
+space than it uses, and would fail under any limit a machine's memory suggests.
 
 The flight record costs one shared-memory write per execution: 0.15 us, against 0.7 us for a
 pipe and 2.4 us for a small file rewritten in place (measured, 200,000 writes each), and it needs
@@ -385,7 +386,7 @@ def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: A
         import resource
 
         with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_AS, (job.memory_limit, job.memory_limit))
+            resource.setrlimit(resource.RLIMIT_DATA, (job.memory_limit, job.memory_limit))
     _flight.attach(record)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # started ignored: see _start_clear_of_cwd
     from kvstress.fuzz._run import fuzz
