@@ -36,7 +36,7 @@ DEFAULT_MIX = ("pct", "contract", "delay", "machine", "random", "pct", "stress")
 ONCE = frozenset({"contract"})
 """Strategies that are one fixed program: they run once, first, and then leave the cycle."""
 SLICE_S = 1.0
-FIRST_SLICE_S = 0.25
+FIRST_SLICE_S = 0.1
 """The first slice's length when fixed programs follow it."""
 DELAY_SLICE_S = 0.25
 """The delay strategy's slices after its first, which runs the motifs' hot plans (up to
