@@ -129,16 +129,16 @@ def _replay_crash(report: Mapping[str, Any], config: Mapping[str, Any]) -> Repla
     recorded = str(config.get("death", ""))  # empty: a crash the child reported itself
     try:
         job = Job(
-            str(report["pool"]),
-            int(config["num_blocks"]),
-            tuple(int(d) for d in config["block_shape"]),
-            report.get("backend") or "asyncio",
-            min(float(config["budget_s"]), float(report["elapsed_s"]) + CRASH_MARGIN_S),
-            int(config["fuzz_seed"]),
-            tuple(str(m) for m in config["mix"]),
-            "",
-            str(report["mode"]),
-            config.get("memory_limit"),
+            spec=str(report["pool"]),
+            num_blocks=int(config["num_blocks"]),
+            block_shape=tuple(int(d) for d in config["block_shape"]),
+            backend=report.get("backend") or "asyncio",
+            budget_s=min(float(config["budget_s"]), float(report["elapsed_s"]) + CRASH_MARGIN_S),
+            seed=int(config["fuzz_seed"]),
+            mix=tuple(str(m) for m in config["mix"]),
+            report_dir="",  # set to a scratch folder below
+            mode=str(report["mode"]),
+            memory_limit=config.get("memory_limit"),
         )
         stream = int(config["stream"])
     except (KeyError, TypeError, ValueError) as error:
