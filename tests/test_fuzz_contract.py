@@ -41,19 +41,32 @@ def test_the_contract_is_silent_on_correct_pools(spec: str) -> None:
 def test_the_contract_runs_once_after_a_short_first_slice() -> None:
     """The default mix: a short PCT slice, the contract, then the search strategies in turn,
     never the contract again; a mix of fixed programs only ends once they have run."""
-    from kvstress.fuzz._run import DELAY_SLICE_S, FIRST_SLICE_S, SLICE_S, _slice_s
+    from kvstress.fuzz._run import DELAY_SLICE_S, LEAD_SLICE_S, SLICE_S, _slice_s
 
     order = [_strategy_at(DEFAULT_MIX, i) for i in range(14)]
     assert order[:9] == ["pct", "contract", "delay", "machine", "random", "pct", "stress", "pct", "delay"]
     assert "contract" not in order[2:]
     # The delay strategy's first slice runs the motifs' hot plans; its later ones are short.
-    assert [_slice_s(DEFAULT_MIX, i) for i in range(4)] == [FIRST_SLICE_S, SLICE_S, SLICE_S, SLICE_S]
+    assert [_slice_s(DEFAULT_MIX, i) for i in range(4)] == [LEAD_SLICE_S, SLICE_S, SLICE_S, SLICE_S]
     assert _slice_s(DEFAULT_MIX, 8) == DELAY_SLICE_S
     assert _slice_s(("delay",), 5) == SLICE_S  # alone, it has the whole budget
     assert _strategy_at(("contract",), 0) == "contract"
     assert _strategy_at(("contract",), 1) is None
     assert [_strategy_at(("pct", "random"), i) for i in range(3)] == ["pct", "random", "pct"]
     assert _slice_s(("pct", "random"), 0) == SLICE_S
+
+
+def test_a_mix_runs_as_written_with_a_short_lead() -> None:
+    """Every search slice written ahead of the contract is short; the contract may come first;
+    afterwards only the search strategies cycle, in their written order."""
+    from kvstress.fuzz._run import LEAD_SLICE_S, SLICE_S, _slice_s
+
+    mix = ("random", "pct", "contract", "stress")
+    order = [_strategy_at(mix, i) for i in range(7)]
+    assert order == ["random", "pct", "contract", "stress", "random", "pct", "stress"]
+    assert [_slice_s(mix, i) for i in range(5)] == [LEAD_SLICE_S, LEAD_SLICE_S, SLICE_S, SLICE_S, SLICE_S]
+    assert [_strategy_at(("contract", "pct"), i) for i in range(3)] == ["contract", "pct", "pct"]
+    assert _slice_s(("contract", "pct"), 1) == SLICE_S
 
 
 def test_a_contract_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """The fuzzing loop: spend a budget in seeded slices across strategies; stop at the first violation.
 
-The mix's fixed programs (``ONCE``: the sequential contract) run once, after a short first
-slice of the first search strategy (``FIRST_SLICE_S``: most races fall to PCT within it, and a
-pool that hangs in the contract costs its whole hang bound); the others take slices in turn.
+The mix runs as written, once, and then its search strategies take slices in turn: its fixed
+programs (``ONCE``: the sequential contract) run once, in their place. Search slices written
+ahead of a fixed program are short (``LEAD_SLICE_S``: the shallow races fall to them within
+it, and a pool that hangs in the contract costs its whole hang bound).
 Slice ``i`` of stream ``s`` has a seed derived from (seed, s, i), so a run is a function of
 its seed, and streams (``--workers``, ``--shard``)
 never repeat each other's seeds. The default mix puts the controlled strategies first: on the
@@ -36,8 +37,9 @@ DEFAULT_MIX = ("pct", "contract", "delay", "machine", "random", "pct", "stress")
 ONCE = frozenset({"contract"})
 """Strategies that are one fixed program: they run once, first, and then leave the cycle."""
 SLICE_S = 1.0
-FIRST_SLICE_S = 0.1
-"""The first slice's length when fixed programs follow it."""
+LEAD_SLICE_S = 0.1
+"""The length of each search slice written ahead of a fixed program: a short look for shallow
+bugs, so that the fixed programs run early."""
 DELAY_SLICE_S = 0.25
 """The delay strategy's slices after its first, which runs the motifs' hot plans (up to
 ``SLICE_S``): the later rounds try cold delays, which PCT and random reach as well."""
@@ -217,25 +219,20 @@ def _loop(
 
 
 def _strategy_at(mix: Sequence[str], index: int) -> str | None:
-    """Slice ``index``'s strategy: the first search strategy, then the fixed programs, then the
-    search strategies in turn (None: the mix was fixed programs only, and they have run)."""
-    fixed = [s for s in mix if s in ONCE]
+    """Slice ``index``'s strategy: the mix as written, once, then its search strategies in turn,
+    since a fixed program runs once (None: the mix was fixed programs only, and they have run)."""
+    if index < len(mix):
+        return mix[index]
     cycle = [s for s in mix if s not in ONCE]
-    if not cycle:
-        return fixed[index] if index < len(fixed) else None
-    if not fixed or index == 0:
-        return cycle[index % len(cycle)]
-    if index <= len(fixed):
-        return fixed[index - 1]
-    return cycle[(index - len(fixed)) % len(cycle)]
+    return cycle[(index - len(mix)) % len(cycle)] if cycle else None
 
 
 def _slice_s(mix: Sequence[str], index: int) -> float:
-    """Slice ``index``'s length: short for the first when fixed programs wait behind it, and for
-    the delay strategy's after its first (unless it runs alone)."""
-    waiting = index == 0 and any(s in ONCE for s in mix) and any(s not in ONCE for s in mix)
-    if waiting:
-        return FIRST_SLICE_S
+    """Slice ``index``'s length: short for a search slice written ahead of a fixed program (the
+    lead), and for the delay strategy's slices after its first (unless it runs alone)."""
+    fixed = [i for i, s in enumerate(mix) if s in ONCE]
+    if fixed and index < fixed[0]:
+        return LEAD_SLICE_S
     if _strategy_at(mix, index) == "delay" and set(mix) != {"delay"}:
         earlier = [_strategy_at(mix, i) for i in range(index)]
         return DELAY_SLICE_S if "delay" in earlier else SLICE_S
