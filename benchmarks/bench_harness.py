@@ -4,7 +4,7 @@ Run from the repository root: ``python benchmarks/bench_harness.py`` (under a mi
 strategy runs alone, as one fuzzing slice of ``SECONDS`` on a correct pool (so nothing stops it
 early), threads and asyncio. Decisions/s counts the controlled schedulers' answers (a
 ``MetricsScheduler`` around the same scheduler the fuzzer uses). Time to detect, per strategy, on
-the planted-bug corpus is ``kvstress mutants --compare`` (its table is in the README).
+the planted-bug corpus is ``kvstress mutants --compare`` (its table is in docs/measurements.md).
 """
 
 from __future__ import annotations

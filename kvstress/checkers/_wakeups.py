@@ -6,8 +6,8 @@ block after the release began (the pool may offer it before the release returns)
 acquire whose effect is unknown (cancelled, raised, pending). For the waiter itself, its own
 take counts at its return: once it holds the block it has no reason to wait on. An acquire
 that was waiting through such a stretch for longer than the pool's backoff bound plus the
-slack (and returned later still) missed a wake-up. Fair pools are allowed for (README, "Fairness
-and hand-off"): a block another waiter took is not free, and a block released while other
+slack (and returned later still) missed a wake-up. Fair pools are allowed for (docs/protocol.md,
+"Fairness and hand-off"): a block another waiter took is not free, and a block released while other
 acquires were waiting may have been handed to one of them that then gave up (timed out or was
 cancelled as the hand-off reached it), so it counts as free only from that one's return on.
 """

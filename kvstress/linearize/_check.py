@@ -71,7 +71,7 @@ def check_history(
 
     ``time_limit`` is in seconds; when it passes the answer is "unknown", never a violation.
     Info and pending operations may take effect at any time after their invocation, or never;
-    raised ones before they returned, or never. See the README for the model.
+    raised ones before they returned, or never. See docs/design.md for the model.
     """
     if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 0:
         raise ValueError(f"num_blocks must be an int >= 0, got {num_blocks!r} ({type(num_blocks).__name__})")
@@ -88,7 +88,7 @@ def check_history(
 
 def fair_excused(history: Sequence[Operation], num_blocks: int) -> frozenset[int]:
     """The indices of the acquires in ``history`` that answered None while every FREE block may
-    have been reserved for another acquire in flight: a fair pool may answer so (README,
+    have been reserved for another acquire in flight: a fair pool may answer so (docs/protocol.md,
     "Fairness and hand-off"), so the check does not model them as an empty pool."""
     model = translate(history, num_blocks)
     return reserved_nones(model, Coupling(model))

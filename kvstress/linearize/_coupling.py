@@ -75,7 +75,7 @@ class Coupling:
 
     def reserved(self, empty: BlockOp) -> bool:
         """Some position of the call where the FREE blocks may all be reserved for other acquires
-        in flight, so a fair pool may answer None (README, "Fairness and hand-off"): either
+        in flight, so a fair pool may answer None (docs/protocol.md, "Fairness and hand-off"): either
 
         - every surely FREE block is matched by a spare unit of capacity in flight: an acquire
           that may hold one without a block yet (as after a semaphore's acquire, before the

@@ -168,7 +168,7 @@ def _release_kind(op: Operation) -> Kind | None:
     if op.result:
         return Kind.RELEASE_TRUE
     # A double release goes through a handle from an earlier tenancy, which cannot touch the
-    # block's next holder (README): False is right in any state and changes nothing. Modelled as
+    # block's next holder (docs/protocol.md): False is right in any state and changes nothing. Modelled as
     # a release of whatever the block holds now, it would blame the pool for a stale handle.
     return None if op.args.get("double") else Kind.RELEASE_FALSE
 
