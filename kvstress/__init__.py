@@ -21,6 +21,8 @@ from kvstress.capacity import load_card as load_card
 from kvstress.capacity import plan as plan
 from kvstress.capacity import pool_for_model as pool_for_model
 from kvstress.checkers import TimingPolicy as TimingPolicy
+from kvstress.explorer import Explored as Explored
+from kvstress.explorer import explore as explore
 from kvstress.harness import PoolDriver as PoolDriver
 from kvstress.harness import PoolSetupError as PoolSetupError
 from kvstress.machines import PoolMachine as PoolMachine

@@ -50,6 +50,8 @@ PUBLIC = {
     "plan",
     "pool_for_model",
     "pool_machine",
+    "Explored",
+    "explore",
 }
 
 
