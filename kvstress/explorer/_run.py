@@ -7,6 +7,7 @@ the search stops at the first schedule whose run raises one of ``failure_types``
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from collections.abc import Callable, Iterable
@@ -33,14 +34,25 @@ class Outcome:
     schedule: Schedule | None = None
 
 
+def underlying(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function itself, under ``functools.partial`` layers and ``functools.wraps`` wrappers."""
+    while True:
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif hasattr(fn, "__wrapped__"):
+            fn = inspect.unwrap(fn)
+        else:
+            return fn
+
+
 def is_async(fn: Callable[..., Any]) -> bool:
     """True for a coroutine function (run on the controlled loop), False for a plain one."""
-    return inspect.iscoroutinefunction(inspect.unwrap(fn))
+    return inspect.iscoroutinefunction(underlying(fn))
 
 
 def thread_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[types.ModuleType, ...]:
     """The modules a threaded ``fn`` is traced in: its own, the given ones, and the pools'."""
-    return resolve_modules((fn, *modules, *POOL_MODULES))
+    return resolve_modules((underlying(fn), *modules, *POOL_MODULES))
 
 
 def search(
