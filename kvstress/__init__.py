@@ -9,6 +9,10 @@ from kvstress._violation import INVARIANTS as INVARIANTS
 from kvstress._violation import BlockRecord as BlockRecord
 from kvstress._violation import InvariantViolation as InvariantViolation
 from kvstress._violation import Operation as Operation
+from kvstress.audit import AsyncAuditedPool as AsyncAuditedPool
+from kvstress.audit import AuditedBlock as AuditedBlock
+from kvstress.audit import AuditedPool as AuditedPool
+from kvstress.audit import audit as audit
 from kvstress.bench import LoadSpec as LoadSpec
 from kvstress.bench import OverloadPolicy as OverloadPolicy
 from kvstress.bench import WorkloadConfig as WorkloadConfig

@@ -12,7 +12,11 @@ import kvstress
 
 PUBLIC = {
     "INVARIANTS",
+    "AsyncAuditedPool",
     "AsyncBlockPool",
+    "AuditedBlock",
+    "AuditedPool",
+    "audit",
     "AsyncTieredBlockPool",
     "Block",
     "BlockInfo",

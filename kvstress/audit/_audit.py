@@ -1,0 +1,30 @@
+"""``audit(pool)``: the audited proxy of the flavour the pool is (see ``kvstress.audit``)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from kvstress.audit._async import AsyncAuditedPool
+from kvstress.audit._threaded import AuditedPool
+
+
+def audit(
+    pool: Any,
+    *,
+    history: int = 1000,
+    stack_limit: int = 16,
+    queue_check_every: int | None = None,
+) -> Any:
+    """An audited proxy of ``pool``: ``AsyncAuditedPool`` when its acquire is a coroutine,
+    ``AuditedPool`` otherwise.
+
+    ``history``: how many of the latest operations a violation carries. ``stack_limit``: frames
+    kept of each acquire's stack, for leak reports (0: none). ``queue_check_every``: calls
+    between two full reads of the free queue at quiet points (default ``4 * num_blocks``); the
+    O(1) counter check runs at every quiet point. Raises ValueError for an object that lacks
+    the protocol or a bad argument.
+    """
+    acquire = getattr(pool, "acquire", None)
+    kind = AsyncAuditedPool if acquire is not None and inspect.iscoroutinefunction(acquire) else AuditedPool
+    return kind(pool, history=history, stack_limit=stack_limit, queue_check_every=queue_check_every)

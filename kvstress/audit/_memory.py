@@ -1,0 +1,65 @@
+"""Block memory through the audit's eyes: zero at acquire, and unchanged since a release.
+
+What can be told apart, and what cannot, is set out in ``kvstress.audit``'s docstring.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvstress.audit._ledger import Lease
+from kvstress.audit._report import holders
+
+
+def is_zero(inner: Any) -> bool | None:
+    """Whether every element of the block reads as zero; None when its memory cannot be read
+    (a tiered pool's segment given back: nobody can read it, so nobody can write it either)."""
+    try:
+        return not bool(inner.data.any())
+    except Exception:
+        return None
+
+
+def nonzero_detail(inner: Any) -> str:
+    """``3 of 8 elements not zero (first at flat index 2: 7.0)``."""
+    try:
+        flat = inner.data.detach().reshape(-1)
+        where = (flat != 0).nonzero()
+        first = int(where[0, 0])
+        count, value = where.shape[0], flat[first].item()
+        return f"{count} of {flat.numel()} elements not zero (first at flat index {first}: {value!r})"
+    except Exception as error:  # the memory changed under us: still not zero, say so plainly
+        return f"elements not zero ({type(error).__name__} while counting them)"
+
+
+def dirty_read(inner: Any, holder: str, previous: Lease | None) -> tuple[str, str]:
+    """The violation for a block that came out of acquire not all zero, with whose fault it is."""
+    block = f"block {inner.id}"
+    detail = nonzero_detail(inner)
+    if previous is not None and previous.zero_at_release is True:
+        return (
+            "dirty-read",
+            f"{block} came out of {holder}'s acquire with {detail}, but it read as all zeros when "
+            f"{previous.ended_by} released its last reference (tenancy {previous.number}, operation "
+            f"{previous.ended_op}): it was written after its release, through a stale handle's view, "
+            f"by one of {', '.join(holders(previous))} (a caller bug: use after release)",
+        )
+    released = "" if previous is None else f" (last released by {previous.ended_by})"
+    return (
+        "dirty-read",
+        f"{block} came out of {holder}'s acquire with {detail}{released}: the pool did not reset "
+        "it, or a holder wrote into it after releasing it where the audit could not time the write",
+    )
+
+
+def released_block_changed(lease: Lease) -> str | None:
+    """At close: a block whose memory was all zero when its last reference was released, and
+    which nobody acquired since, must still be all zero. The message when it is not."""
+    if lease.zero_at_release is not True or is_zero(lease.inner) is not False:
+        return None
+    return (
+        f"block {lease.block_id} read as all zeros when {lease.ended_by} released its last reference "
+        f"(tenancy {lease.number}, operation {lease.ended_op}), and now holds "
+        f"{nonzero_detail(lease.inner)}: it was written after its release, through a stale "
+        f"handle's view, by one of {', '.join(holders(lease))} (a caller bug: use after release)"
+    )
