@@ -224,3 +224,9 @@ def test_threads_block_on_the_threaded_pool_cooperatively() -> None:
         assert sorted(owners) == [1, 2, 3]
 
     assert explore(main, schedules=50, seed=2).schedules == 50
+
+
+def test_a_lambda_returning_a_coroutine_is_refused() -> None:
+    """A plain function that returns a coroutine fails with a ValueError saying what to pass."""
+    with pytest.raises(ValueError, match="fn returned a coroutine"):
+        explore(lambda: booking(racy=False)(), schedules=3, seed=0)

@@ -73,9 +73,22 @@ def search(
         return _loop(lambda: run_controlled(fn, scheduler), scheduler, limit, failure_types)
     resolved = thread_modules(fn, modules)
     files = source_files(resolved)
+    plain = functools.partial(_not_awaitable, fn)
     with cooperative(resolved):
-        once = lambda: ThreadController(scheduler, trace_files=files).run(fn)  # noqa: E731
+        once = lambda: ThreadController(scheduler, trace_files=files).run(plain)  # noqa: E731
         return _loop(once, scheduler, limit, failure_types)
+
+
+def _not_awaitable(fn: Callable[[], Any]) -> Any:
+    """``fn()``, refusing a plain function that returned a coroutine (``lambda: main()``)."""
+    result = fn()
+    if inspect.iscoroutine(result):
+        result.close()  # never awaited: close it so Python does not warn about it
+        raise ValueError(
+            "fn returned a coroutine: pass the async function itself (or functools.partial of it), "
+            "not a plain function that calls it, so that it runs on the controlled event loop"
+        )
+    return result
 
 
 def _loop(
