@@ -50,7 +50,7 @@ async def serve(engine_type: type[Engine] = Engine, traffic: tuple[Client, ...] 
     audit (a double release, a stale handle, a leak found at close).
     """
     async with kvstress.audit(kvstress.AsyncBlockPool(BLOCKS, (4,))) as pool:
-        engine = engine_type(pool, max_steps=200)
+        engine = engine_type(pool, max_steps=20_000)
         clients = [
             asyncio.create_task(_client(engine, client), name=f"client-{index}")
             for index, client in enumerate(traffic)
