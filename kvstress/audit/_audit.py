@@ -13,7 +13,7 @@ def audit(
     pool: Any,
     *,
     history: int = 1000,
-    stack_limit: int = 16,
+    stack_limit: int = 10,
     queue_check_every: int | None = None,
 ) -> Any:
     """An audited proxy of ``pool``: ``AsyncAuditedPool`` when its acquire is a coroutine,
