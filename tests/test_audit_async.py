@@ -138,7 +138,7 @@ def test_a_cancelled_acquire_leaves_no_false_leak(backend: str) -> None:
             await pool.acquire(None)
         await pool.release(block)
         pool.close()
-        assert [op.outcome for op in pool._ledger.snapshot()] == ["ok", "info", "ok"]
+        assert [op.outcome for op in pool.history()] == ["ok", "info", "ok"]
 
     run(backend, body)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstress._violation import InvariantViolation
+from kvstress._violation import InvariantViolation, Operation
 from kvstress.audit._block import AuditedBlock
 from kvstress.audit._ledger import AuditLedger, Lease, Op
 from kvstress.audit._memory import dirty_read, is_zero, read_data, released_block_changed
@@ -297,6 +297,11 @@ class AuditCore:
     def _close_quietly(self) -> None:
         """Close after an exception went by: nothing more is raised over it."""
         self._closed = True
+
+    def history(self) -> tuple[Operation, ...]:
+        """The latest operations made through the audit (``history`` of them), those still in
+        flight included, in the order they began; times in seconds since the audit began."""
+        return self._ledger.snapshot()
 
     @property
     def closed(self) -> bool:
