@@ -16,7 +16,7 @@ from typing import Any
 from kvstress._violation import Operation
 
 Op = list[Any]  # one operation of the history, completed in place
-Stack = tuple[tuple[CodeType, int], ...]  # (code, line) per frame, innermost first
+Stack = tuple[tuple[CodeType, int], ...]  # (code, instruction offset) per frame, innermost first
 
 
 class Lease:
