@@ -349,3 +349,9 @@ def test_memory_check_counts_negative_zero_and_strided_blocks_as_zero() -> None:
     assert is_zero(torch.eye(4)[:, 1]) is False
     assert is_zero(torch.tensor([0, 0, 1], dtype=torch.int8)) is False
     assert is_zero(None) is None
+
+
+def test_memory_that_cannot_be_read_is_no_finding() -> None:
+    """A meta tensor (no memory) and an empty block give no verdict rather than an error."""
+    assert is_zero(torch.zeros(4, device="meta")) is None
+    assert is_zero(torch.zeros(0)) is True

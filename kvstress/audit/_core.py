@@ -178,7 +178,8 @@ class AuditCore:
         with self._ledger.lock:
             lease.releasing -= 1
             lease.answer_lost = True
-            if untouched:
+            # Not if the block went to a new tenancy meanwhile: then the release took effect.
+            if untouched and self._ledger.open.get(lease.block_id, lease) is lease:
                 self._ledger.undo_give_up(lease)
 
     # -- retain and mark_in_use ---------------------------------------------------------------

@@ -36,14 +36,19 @@ def is_zero(data: torch.Tensor | None) -> bool | None:
     """
     if data is None:
         return None
-    if data.is_cpu and data.is_contiguous():
-        size = data.nbytes
-        zeros = _ZEROS.get(size)
-        if zeros is None:
-            zeros = _ZEROS.setdefault(size, bytes(size))
-        if ctypes.string_at(data.data_ptr(), size) == zeros:
-            return True
-    return not bool(data.any())
+    try:
+        if data.is_cpu and data.is_contiguous():
+            size = data.nbytes
+            if size == 0:
+                return True
+            zeros = _ZEROS.get(size)
+            if zeros is None:
+                zeros = _ZEROS.setdefault(size, bytes(size))
+            if ctypes.string_at(data.data_ptr(), size) == zeros:
+                return True
+        return not bool(data.any())
+    except Exception:  # memory that cannot be read here (a meta tensor): no finding from it
+        return None
 
 
 def nonzero_detail(inner: Any) -> str:
