@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import kvstress
 from kvstress import AuditedBlock, AuditedPool, InvariantViolation, ThreadedBlockPool
-from kvstress.audit._memory import is_zero
+from kvstress.audit._memory import is_zero, view_of
 from kvstress.mutants import PartialResetPool
 
 
@@ -344,14 +345,19 @@ def test_acquire_handing_out_a_held_block_is_shared_block() -> None:
 
 def test_memory_check_counts_negative_zero_and_strided_blocks_as_zero() -> None:
     """-0.0 is zero though its bytes are not; a strided view is checked by torch; None is unread."""
-    assert is_zero(torch.tensor([-0.0, 0.0])) is True
-    assert is_zero(torch.zeros(4, 4)[:, 1]) is True
-    assert is_zero(torch.eye(4)[:, 1]) is False
-    assert is_zero(torch.tensor([0, 0, 1], dtype=torch.int8)) is False
+    assert zero(torch.tensor([-0.0, 0.0])) is True
+    assert zero(torch.zeros(4, 4)[:, 1]) is True
+    assert zero(torch.eye(4)[:, 1]) is False
+    assert zero(torch.tensor([0, 0, 1], dtype=torch.int8)) is False
     assert is_zero(None) is None
 
 
 def test_memory_that_cannot_be_read_is_no_finding() -> None:
     """A meta tensor (no memory) and an empty block give no verdict rather than an error."""
-    assert is_zero(torch.zeros(4, device="meta")) is None
-    assert is_zero(torch.zeros(0)) is True
+    assert zero(torch.zeros(4, device="meta")) is None
+    assert zero(torch.zeros(0)) is True
+
+
+def zero(data: torch.Tensor) -> bool | None:
+    """What the audit's memory check says of ``data``, as a block's memory."""
+    return is_zero(view_of(SimpleNamespace(data=data)))

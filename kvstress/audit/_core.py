@@ -14,7 +14,7 @@ from typing import Any
 from kvstress._violation import InvariantViolation, Operation
 from kvstress.audit._block import AuditedBlock
 from kvstress.audit._ledger import AuditLedger, Lease, Op
-from kvstress.audit._memory import dirty_read, is_zero, read_data, released_block_changed
+from kvstress.audit._memory import dirty_read, is_zero, released_block_changed, view_of
 from kvstress.audit._quiet import QuietCheck
 from kvstress.audit._report import block_table, capture_stack, describe_lease, leak_message
 from kvstress.pool._state import HELD_STATES
@@ -79,7 +79,7 @@ class AuditCore:
             )
         # No holder can write before this returns, and the previous one released it: any
         # non-zero element was left by the pool, or written through a released handle.
-        lease.view = view = read_data(inner)  # kept to the release: its memory stays allocated
+        lease.view = view = view_of(inner)  # kept to the release: its memory stays allocated
         if is_zero(view) is False:
             raise self.violation(*dirty_read(inner, holder, previous))
         if quiet is not None:

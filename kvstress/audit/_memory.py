@@ -16,36 +16,47 @@ from kvstress.audit._report import holders
 _ZEROS: dict[int, bytes] = {}  # all-zero bytes of each block size met, to compare against
 
 
-def read_data(inner: Any) -> torch.Tensor | None:
+# A block's memory as the audit reads it: the tensor (kept, so the memory stays allocated), and
+# for a contiguous host block its address, its size in bytes and as many zero bytes; (tensor,
+# 0, 0, b"") for any other block, which torch reads.
+View = tuple[torch.Tensor, int, int, bytes]
+
+
+def view_of(inner: Any) -> View | None:
     """The block's memory through the pool's handle; None when it cannot be read (a tiered
     pool's segment given back: nobody can read it, so nobody can write it either)."""
     try:
         data = inner.data
     except Exception:
         return None
-    return data if isinstance(data, torch.Tensor) else None
+    if not isinstance(data, torch.Tensor):
+        return None
+    try:
+        if data.is_cpu and data.is_contiguous():
+            size = data.nbytes
+            zeros = _ZEROS.get(size)
+            if zeros is None:
+                zeros = _ZEROS.setdefault(size, bytes(size))
+            return data, data.data_ptr(), size, zeros
+    except Exception:  # a tensor without host memory to point at: torch reads it
+        pass
+    return data, 0, 0, b""
 
 
-def is_zero(data: torch.Tensor | None) -> bool | None:
+def is_zero(view: View | None) -> bool | None:
     """Whether every element reads as zero; None when there is no memory to read.
 
     A contiguous host block is compared byte for byte with zeros (a copy and a memcmp: a few
     times cheaper than a torch reduction on small blocks); all-zero bytes are zero in every
     dtype. Anything else, or bytes that are not all zero (a -0.0 is zero, and not zero bytes),
-    is decided by torch. The caller keeps ``data`` alive, so its memory stays allocated.
+    is decided by torch. The view holds the tensor, so the address stays valid.
     """
-    if data is None:
+    if view is None:
         return None
+    data, address, size, zeros = view
+    if size and ctypes.string_at(address, size) == zeros:
+        return True
     try:
-        if data.is_cpu and data.is_contiguous():
-            size = data.nbytes
-            if size == 0:
-                return True
-            zeros = _ZEROS.get(size)
-            if zeros is None:
-                zeros = _ZEROS.setdefault(size, bytes(size))
-            if ctypes.string_at(data.data_ptr(), size) == zeros:
-                return True
         return not bool(data.any())
     except Exception:  # memory that cannot be read here (a meta tensor): no finding from it
         return None
@@ -86,7 +97,7 @@ def dirty_read(inner: Any, holder: str, previous: Lease | None) -> tuple[str, st
 def released_block_changed(lease: Lease) -> str | None:
     """At close: a block whose memory was all zero when its last reference was released, and
     which nobody acquired since, must still be all zero. The message when it is not."""
-    if lease.zero_at_release is not True or is_zero(read_data(lease.inner)) is not False:
+    if lease.zero_at_release is not True or is_zero(view_of(lease.inner)) is not False:
         return None
     return (
         f"block {lease.block_id} read as all zeros when {lease.ended_by} released its last reference "
