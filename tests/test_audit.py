@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import kvstress
 from kvstress import AuditedBlock, AuditedPool, InvariantViolation, ThreadedBlockPool
+from kvstress.audit._memory import is_zero, view_of
 from kvstress.mutants import PartialResetPool
 
 
@@ -259,3 +261,103 @@ def test_reads_pass_through() -> None:
     assert pool.free_count() == 3 and pool.free_ids() == [0, 1, 2]
     assert pool.block_shape == (2, 4)
     assert torch.equal(pool.storage, torch.zeros(3, 2, 4))
+
+
+# -- the pool's answers ----------------------------------------------------------------------
+
+
+class FalseAnswerPool(ThreadedBlockPool):
+    """A planted pool bug: release returns the block but answers False."""
+
+    def release(self, block: kvstress.Block) -> bool:
+        super().release(block)
+        return False
+
+
+class IgnoredRetainPool(ThreadedBlockPool):
+    """A planted pool bug: retain takes no reference, so the first release frees a shared block."""
+
+    def retain(self, block: kvstress.Block) -> None:
+        pass
+
+
+class FailingReleasePool(ThreadedBlockPool):
+    """A release that raises before it changes anything, once."""
+
+    failed = False
+
+    def release(self, block: kvstress.Block) -> bool:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the first release fails")
+        return super().release(block)
+
+
+def test_last_release_answering_false_is_lost_block() -> None:
+    """Every reference released, no release answered True: lost-block, blamed on the pool."""
+    pool = kvstress.audit(FalseAnswerPool(2, (2,)))
+    block = pool.acquire(0)
+    with pytest.raises(InvariantViolation, match="no release answered True") as caught:
+        pool.release(block)
+    assert violation_of(caught).invariant == "lost-block"
+
+
+def test_release_freeing_a_retained_block_is_refcount() -> None:
+    """A release that answers True while a retained reference remains: refcount."""
+    pool = kvstress.audit(IgnoredRetainPool(2, (2,)))
+    block = pool.acquire(0)
+    pool.retain(block)
+    with pytest.raises(InvariantViolation, match="still holds references") as caught:
+        pool.release(block)
+    assert violation_of(caught).invariant == "refcount"
+
+
+def test_a_release_that_raised_untouched_leaves_the_reference_with_its_holder() -> None:
+    """The pool raised before releasing: the error goes on, and the retry is no double release."""
+    pool = kvstress.audit(FailingReleasePool(2, (2,)))
+    block = pool.acquire(0)
+    with pytest.raises(RuntimeError, match="the first release fails"):
+        pool.release(block)
+    assert pool.release(block) is True
+    assert [op.outcome for op in pool.history()] == ["ok", "raised", "ok"]
+    pool.close()
+
+
+class RepeatingAcquirePool(ThreadedBlockPool):
+    """A planted pool bug: acquire hands out the block it handed out last, still held."""
+
+    last: kvstress.Block | None = None
+
+    def acquire(self, timeout: float | None = None) -> kvstress.Block | None:
+        if self.last is None:
+            self.last = super().acquire(timeout)
+        return self.last
+
+
+def test_acquire_handing_out_a_held_block_is_shared_block() -> None:
+    """acquire returns a block somebody still holds: shared-block, naming the holder."""
+    pool = kvstress.audit(RepeatingAcquirePool(2, (2,)))
+    pool.acquire(0)
+    with pytest.raises(InvariantViolation, match="which is still held") as caught:
+        pool.acquire(0)
+    assert violation_of(caught).invariant == "shared-block"
+
+
+def test_memory_check_counts_negative_zero_and_strided_blocks_as_zero() -> None:
+    """-0.0 is zero though its bytes are not; a strided view is checked by torch; None is unread."""
+    assert zero(torch.tensor([-0.0, 0.0])) is True
+    assert zero(torch.zeros(4, 4)[:, 1]) is True
+    assert zero(torch.eye(4)[:, 1]) is False
+    assert zero(torch.tensor([0, 0, 1], dtype=torch.int8)) is False
+    assert is_zero(None) is None
+
+
+def test_memory_that_cannot_be_read_is_no_finding() -> None:
+    """A meta tensor (no memory) and an empty block give no verdict rather than an error."""
+    assert zero(torch.zeros(4, device="meta")) is None
+    assert zero(torch.zeros(0)) is True
+
+
+def zero(data: torch.Tensor) -> bool | None:
+    """What the audit's memory check says of ``data``, as a block's memory."""
+    return is_zero(view_of(SimpleNamespace(data=data)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import random
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -138,3 +139,34 @@ def test_a_double_release_racing_on_two_threads_is_caught_once() -> None:
         thread.join(10)
     assert found == ["double-release"]
     assert pool.free_count() == 1
+
+
+def test_quiet_checks_under_contention_are_silent() -> None:
+    """Four threads in tight acquire/release loops, a full queue check at every quiet point: silent.
+
+    A quiet check once judged the live leases after its reads, and a release begun meanwhile
+    made a correct pool's refcount look wrong; it must judge the leases as they were."""
+    pool = kvstress.audit(kvstress.ThreadedBlockPool(2, (2,)), queue_check_every=1)
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            for _ in range(1500):
+                block = pool.acquire(None)
+                assert block is not None
+                pool.release(block)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=body) for _ in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: more interleavings in the same steps
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]
+    pool.close()

@@ -28,23 +28,23 @@ class AsyncAuditedPool(AuditCore):
 
     async def acquire(self, timeout: float | None = None) -> AuditedBlock | None:
         """The pool's acquire; the block must be nobody's and all zero."""
-        index, holder = self._begin_acquire(timeout)
+        op, holder = self._begin_acquire(timeout)
         try:
             inner = await self.pool.acquire(timeout)
         except BaseException as error:
-            self._failed(index, error)
+            self._failed(op, error)
             raise
-        return self._end_acquire(index, holder, inner)
+        return self._end_acquire(op, holder, inner)
 
     async def release(self, block: AuditedBlock) -> bool:
         """The pool's release, refused (InvariantViolation) through a stale handle."""
-        lease, index = self._begin_release(block)
+        lease, op = self._begin_release(block)
         try:
             returned = await self.pool.release(lease.inner)
         except BaseException as error:
-            self._release_raised(lease, index, error)
+            self._release_raised(lease, op, error)
             raise
-        self._end_release(lease, index, returned)
+        self._end_release(lease, op, returned)
         return bool(returned)
 
     async def release_many(self, blocks: Sequence[AuditedBlock]) -> list[bool]:
@@ -57,32 +57,32 @@ class AsyncAuditedPool(AuditCore):
         try:
             answers = list(await many([lease.inner for lease, _ in begun]))
         except BaseException as error:
-            for lease, index in begun:
-                self._release_raised(lease, index, error)
+            for lease, op in begun:
+                self._release_raised(lease, op, error)
             raise
-        for (lease, index), returned in zip(begun, answers, strict=True):
-            self._end_release(lease, index, returned)
+        for (lease, op), returned in zip(begun, answers, strict=True):
+            self._end_release(lease, op, returned)
         return [bool(answer) for answer in answers]
 
     def retain(self, block: AuditedBlock) -> None:
         """The pool's retain, refused (InvariantViolation) through a stale handle."""
-        lease, index = self._begin_use(block, "retain")
+        lease, op = self._begin_use(block, "retain")
         try:
             self.pool.retain(lease.inner)
         except BaseException as error:
-            self._failed(index, error)
+            self._failed(op, error)
             raise
-        self._end_use(lease, index, "retain")
+        self._end_use(lease, op, "retain")
 
     def mark_in_use(self, block: AuditedBlock) -> None:
         """The pool's mark_in_use, refused (InvariantViolation) through a stale handle."""
-        lease, index = self._begin_use(block, "mark_in_use")
+        lease, op = self._begin_use(block, "mark_in_use")
         try:
             self.pool.mark_in_use(lease.inner)
         except BaseException as error:
-            self._failed(index, error)
+            self._failed(op, error)
             raise
-        self._end_use(lease, index, "mark_in_use")
+        self._end_use(lease, op, "mark_in_use")
 
     def free_count(self) -> int:
         """The pool's own counter (not audited: a read)."""

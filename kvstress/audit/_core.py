@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstress._violation import InvariantViolation
+from kvstress._violation import InvariantViolation, Operation
 from kvstress.audit._block import AuditedBlock
-from kvstress.audit._ledger import AuditLedger, Lease
-from kvstress.audit._memory import dirty_read, is_zero, released_block_changed
+from kvstress.audit._ledger import AuditLedger, Lease, Op
+from kvstress.audit._memory import dirty_read, is_zero, released_block_changed, view_of
 from kvstress.audit._quiet import QuietCheck
 from kvstress.audit._report import block_table, capture_stack, describe_lease, leak_message
 from kvstress.pool._state import HELD_STATES
@@ -49,25 +49,27 @@ class AuditCore:
 
     # -- acquire --------------------------------------------------------------------------------
 
-    def _begin_acquire(self, timeout: Any) -> tuple[int, str]:
+    def _begin_acquire(self, timeout: Any) -> tuple[Op, str]:
         holder = self._holder()
         with self._ledger.lock:
             return self._ledger.begin(holder, "acquire", {"timeout": timeout}), holder
 
-    def _end_acquire(self, index: int, holder: str, inner: Any) -> AuditedBlock | None:
+    def _end_acquire(self, op: Op, holder: str, inner: Any) -> AuditedBlock | None:
         """Record what acquire returned; check it is nobody's block and that its memory is zero."""
         ledger = self._ledger
         if inner is None:
             with ledger.lock:
-                ledger.end(index, "info", None)
+                ledger.end(op, "info", None)
                 quiet = self._quiet.due()
-            self._quiet.run(quiet)
+            if quiet is not None:
+                self._quiet.run(quiet)
             return None
         block_id = inner.id
-        stack = capture_stack(self._stack_limit) if self._stack_limit else ()
+        # The frames skipped: _end_acquire and the flavour's acquire.
+        stack = capture_stack(self._stack_limit, 2) if self._stack_limit else ()
         with ledger.lock:
             lease, clash, previous = ledger.take(block_id, inner, holder, stack)
-            ledger.end(index, "ok", block_id)
+            ledger.end(op, "ok", block_id)
             quiet = self._quiet.due()
         if clash is not None:
             raise self.violation(
@@ -77,38 +79,40 @@ class AuditCore:
             )
         # No holder can write before this returns, and the previous one released it: any
         # non-zero element was left by the pool, or written through a released handle.
-        if is_zero(inner) is False:
+        lease.view = view = view_of(inner)  # kept to the release: its memory stays allocated
+        if is_zero(view) is False:
             raise self.violation(*dirty_read(inner, holder, previous))
-        self._quiet.run(quiet)
+        if quiet is not None:
+            self._quiet.run(quiet)
         return AuditedBlock(self, lease)
 
-    def _failed(self, index: int, error: BaseException) -> None:
+    def _failed(self, op: Op, error: BaseException) -> None:
         """A pool call raised (or was cancelled): record it; the error goes on to the caller."""
         outcome = "raised" if isinstance(error, Exception) else "info"
         with self._ledger.lock:
-            self._ledger.end(index, outcome, f"{type(error).__name__}: {error}")
+            self._ledger.end(op, outcome, f"{type(error).__name__}: {error}")
 
     # -- release --------------------------------------------------------------------------------
 
-    def _begin_release(self, block: object, name: str = "release") -> tuple[Lease, int]:
+    def _begin_release(self, block: object, name: str = "release") -> tuple[Lease, Op]:
         """Give up the reference (a holder gives it up when it *calls* release); refuse a stale
         handle before the pool sees it, so the block's next holder is never touched."""
         lease = self._lease_of(block)
         holder = self._holder()
         with self._ledger.lock:
-            index = self._ledger.begin(holder, name, {"block": lease.block_id})
+            op = self._ledger.begin(holder, name, {"block": lease.block_id})
             if lease.refs > 0:
-                self._ledger.give_up(lease, holder, index)
-                return lease, index
-            self._ledger.end(index, "raised", "refused: stale handle")
+                self._ledger.give_up(lease, holder, op)
+                return lease, op
+            self._ledger.end(op, "raised", "refused: stale handle")
         raise self._stale(lease, holder, name)
 
-    def _end_release(self, lease: Lease, index: int, returned: Any) -> None:
+    def _end_release(self, lease: Lease, op: Op, returned: Any) -> None:
         """Check the pool's answer against the lease; note whether the memory reads as reset."""
         ledger = self._ledger
         problem: tuple[str, str] | None = None
         with ledger.lock:
-            ledger.end(index, "ok", returned)
+            ledger.end(op, "ok", returned)
             lease.releasing -= 1
             if returned is True:
                 lease.answered_true += 1
@@ -116,14 +120,22 @@ class AuditCore:
             if returned is True and lease.refs == 0 and lease.block_id not in ledger.open:
                 # Under the lock and before any next lease is opened: nobody may write into the
                 # block now, so what this reads is what the pool left.
-                lease.zero_at_release = is_zero(lease.inner)
+                lease.zero_at_release = is_zero(lease.view)
+            if lease.refs == 0 and lease.releasing == 0:
+                lease.view = None  # a tiered pool may now give the memory back
             quiet = self._quiet.due()
         if problem is not None:
             raise self.violation(*problem)
-        self._quiet.run(quiet)
+        if quiet is not None:
+            self._quiet.run(quiet)
 
     def _release_answer(self, lease: Lease, returned: Any) -> tuple[str, str] | None:
         """A release answers True once per lease, for its last reference (ledger lock held)."""
+        if returned is True:
+            if lease.answered_true == 1 and lease.refs == 0:
+                return None
+        elif lease.refs or lease.releasing or lease.answered_true or lease.answer_lost:
+            return None
         block = f"block {lease.block_id}"
         if returned is True and lease.answered_true > 1:
             return ("double-release", f"releases of {block} answered True twice in one tenancy (a pool bug)")
@@ -141,55 +153,56 @@ class AuditCore:
             )
         return None
 
-    def _begin_many(self, blocks: Sequence[object]) -> list[tuple[Lease, int]]:
-        begun: list[tuple[Lease, int]] = []
+    def _begin_many(self, blocks: Sequence[object]) -> list[tuple[Lease, Op]]:
+        begun: list[tuple[Lease, Op]] = []
         try:
             for block in blocks:
                 begun.append(self._begin_release(block, "release_many"))
         except BaseException:  # a stale handle: the others keep their references
             with self._ledger.lock:
-                for lease, index in begun:
-                    self._ledger.end(index, "info", "not called: another handle was stale")
+                for lease, op in begun:
+                    self._ledger.end(op, "info", "not called: another handle was stale")
                     lease.releasing -= 1
                     self._ledger.undo_give_up(lease)
             raise
         return begun
 
-    def _release_raised(self, lease: Lease, index: int, error: BaseException) -> None:
+    def _release_raised(self, lease: Lease, op: Op, error: BaseException) -> None:
         """A release that raised or was cancelled: if the pool shows it never took effect (the
         block still held, with a reference for it), the holder keeps that reference."""
         try:
             untouched = lease.inner.state in HELD_STATES and lease.inner.refcount > lease.refs
         except Exception:
             untouched = False
-        self._failed(index, error)
+        self._failed(op, error)
         with self._ledger.lock:
             lease.releasing -= 1
             lease.answer_lost = True
-            if untouched:
+            # Not if the block went to a new tenancy meanwhile: then the release took effect.
+            if untouched and self._ledger.open.get(lease.block_id, lease) is lease:
                 self._ledger.undo_give_up(lease)
 
     # -- retain and mark_in_use ---------------------------------------------------------------
 
-    def _begin_use(self, block: object, name: str) -> tuple[Lease, int]:
+    def _begin_use(self, block: object, name: str) -> tuple[Lease, Op]:
         """Before retain or mark_in_use: the handle must hold a reference."""
         lease = self._lease_of(block)
         holder = self._holder()
         with self._ledger.lock:
-            index = self._ledger.begin(holder, name, {"block": lease.block_id})
+            op = self._ledger.begin(holder, name, {"block": lease.block_id})
             if lease.refs > 0:
-                return lease, index
-            self._ledger.end(index, "raised", "refused: stale handle")
+                return lease, op
+            self._ledger.end(op, "raised", "refused: stale handle")
         raise self._stale(lease, holder, name)
 
-    def _end_use(self, lease: Lease, index: int, name: str) -> None:
+    def _end_use(self, lease: Lease, op: Op, name: str) -> None:
         holder = self._holder()
         with self._ledger.lock:
-            self._ledger.end(index, "ok")
+            self._ledger.end(op, "ok")
             ended = lease.refs <= 0
             if not ended and name == "retain":
                 lease.refs += 1
-                lease.sharers.append(holder)
+                lease.sharers += (holder,)
             elif not ended:
                 lease.marked = True
             quiet = self._quiet.due()
@@ -199,7 +212,8 @@ class AuditCore:
                 f"{holder}'s {name} of block {lease.block_id} raced the release of its last reference "
                 f"by {lease.ended_by}: {holder} called it without holding a reference (a caller bug)",
             )
-        self._quiet.run(quiet)
+        if quiet is not None:
+            self._quiet.run(quiet)
 
     # -- shared -------------------------------------------------------------------------------
 
@@ -284,6 +298,11 @@ class AuditCore:
     def _close_quietly(self) -> None:
         """Close after an exception went by: nothing more is raised over it."""
         self._closed = True
+
+    def history(self) -> tuple[Operation, ...]:
+        """The latest operations made through the audit (``history`` of them), those still in
+        flight included, in the order they began; times in seconds since the audit began."""
+        return self._ledger.snapshot()
 
     @property
     def closed(self) -> bool:

@@ -10,38 +10,58 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any
 
 from kvstress._violation import Operation
 
-Frame = tuple[str, int, str]  # (file, line, function)
+Op = list[Any]  # one operation of the history, completed in place
+Stack = tuple[tuple[CodeType, int], ...]  # (code, instruction offset) per frame, innermost first
 
 
-@dataclass(eq=False, slots=True)
 class Lease:
     """One tenancy of one block, as the audit sees it: from the acquire that returned the block
     to the release of its last reference.
 
     Invariants: ``refs >= 0``; the lease has ended exactly when ``refs == 0`` (it never reopens,
     except when a release that ended it is undone because the pool shows it never took effect).
+    A plain class with slots, not a dataclass: one is made per acquire, on the hot path.
     """
 
-    block_id: int
-    number: int  # the block's tenancies so far, this one included
-    inner: Any  # the pool's own handle
-    holder: str  # who acquired it
-    stack: tuple[Frame, ...]  # where it was acquired, innermost first
-    refs: int = 1  # references not yet given up: the acquire's and one per retain
-    sharers: list[str] = field(default_factory=list)  # who retained it
-    marked: bool = False
-    ended_by: str | None = None  # who released the last reference
-    ended_op: int | None = None  # the index of that release in the history
-    releasing: int = 0  # release calls in flight
-    retaining: int = 0  # retain calls in flight
-    answered_true: int = 0  # releases of this lease that answered True
-    answer_lost: bool = False  # a release raised or was cancelled: its answer is unknown
-    zero_at_release: bool | None = None  # memory all zero when its last release returned
+    __slots__ = (
+        "answer_lost",
+        "answered_true",
+        "block_id",
+        "ended_by",
+        "ended_op",
+        "holder",
+        "inner",
+        "marked",
+        "number",
+        "refs",
+        "releasing",
+        "sharers",
+        "stack",
+        "view",
+        "zero_at_release",
+    )
+
+    def __init__(self, block_id: int, number: int, inner: Any, holder: str, stack: Stack) -> None:
+        self.block_id = block_id
+        self.number = number  # the block's tenancies so far, this one included
+        self.inner = inner  # the pool's own handle
+        self.holder = holder  # who acquired it
+        self.stack = stack  # where it was acquired
+        self.refs = 1  # references not yet given up: the acquire's and one per retain
+        self.sharers: tuple[str, ...] = ()  # who retained it
+        self.marked = False
+        self.ended_by: str | None = None  # who released the last reference
+        self.ended_op: int | None = None  # the index of that release in the history
+        self.releasing = 0  # release calls in flight
+        self.answered_true = 0  # releases of this lease that answered True
+        self.answer_lost = False  # a release raised or was cancelled: its answer is unknown
+        self.zero_at_release: bool | None = None  # memory all zero when its last release returned
+        self.view: Any = None  # the memory as acquire returned it, held until the last release
 
 
 class AuditLedger:
@@ -60,44 +80,41 @@ class AuditLedger:
         self.begun = 0
         self.since_full_check = 0  # calls ended since the last full quiet check
         self._clock0 = time.perf_counter()
-        self._next = 0
-        self._pending: dict[int, tuple[Any, ...]] = {}
-        self._done: deque[tuple[Any, ...]] = deque(maxlen=history)
-
-    def now(self) -> float:
-        """Seconds since the audit began (the history's clock)."""
-        return time.perf_counter() - self._clock0
+        # The latest operations, each [index, worker, name, args, start, end, outcome, result]:
+        # appended as it begins, completed in place as it ends (so one in flight shows too).
+        self._ops: deque[Op] = deque(maxlen=history)
 
     # -- the history (call these with the lock held) -------------------------------------------
 
-    def begin(self, worker: str, name: str, args: dict[str, Any]) -> int:
-        """Record an invocation; a call is in flight until ``end``. Returns its index."""
-        index = self._next
-        self._next += 1
-        self._pending[index] = (index, worker, name, args, self.now())
+    def begin(self, worker: str, name: str, args: dict[str, Any]) -> Op:
+        """Record an invocation; a call is in flight until ``end``. Returns its record."""
+        op = [self.begun, worker, name, args, time.perf_counter(), None, "pending", None]
+        self._ops.append(op)
         self.in_flight += 1
         self.begun += 1
-        return index
+        return op
 
-    def end(self, index: int, outcome: str, result: Any = None) -> None:
-        """Record the response to invocation ``index``."""
-        self._done.append((*self._pending.pop(index), self.now(), outcome, result))
+    def end(self, op: Op, outcome: str, result: Any = None) -> None:
+        """Record the response to the invocation ``op``."""
+        op[5], op[6], op[7] = time.perf_counter(), outcome, result
         self.in_flight -= 1
         self.since_full_check += 1
 
     def snapshot(self) -> tuple[Operation, ...]:
-        """The operations kept (the most recent ones) and those in flight, in invocation order."""
+        """The operations kept (the latest ones, those in flight included), in invocation order;
+        times in seconds since the audit began."""
         with self.lock:
-            done = list(self._done)
-            pending = list(self._pending.values())
-        ops = [Operation(i, w, n, a, s, e, o, r) for i, w, n, a, s, e, o, r in done]
-        ops += [Operation(i, w, n, a, s, None, "pending") for i, w, n, a, s in pending]
-        return tuple(sorted(ops, key=lambda op: op.index))
+            ops = [tuple(op) for op in self._ops]
+        t0 = self._clock0
+        return tuple(
+            Operation(i, w, n, a, s - t0, None if e is None else e - t0, o, r)
+            for i, w, n, a, s, e, o, r in ops
+        )
 
     # -- leases (call these with the lock held) ------------------------------------------------
 
     def take(
-        self, block_id: int, inner: Any, holder: str, stack: tuple[Frame, ...]
+        self, block_id: int, inner: Any, holder: str, stack: Stack
     ) -> tuple[Lease, Lease | None, Lease | None]:
         """Open a lease for a block acquire returned: (the new lease, the open lease it clashes
         with if the block is held, the block's previous lease)."""
@@ -109,13 +126,13 @@ class AuditLedger:
             self.open[block_id] = lease
         return lease, clash, previous
 
-    def give_up(self, lease: Lease, holder: str, index: int) -> bool:
+    def give_up(self, lease: Lease, holder: str, op: Op) -> bool:
         """A release was called: one reference less. True when it was the lease's last."""
         lease.refs -= 1
         lease.releasing += 1
         if lease.refs > 0:
             return False
-        lease.ended_by, lease.ended_op = holder, index
+        lease.ended_by, lease.ended_op = holder, op[0]
         if self.open.get(lease.block_id) is lease:
             del self.open[lease.block_id]
         return True

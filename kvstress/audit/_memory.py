@@ -5,18 +5,60 @@ What can be told apart, and what cannot, is set out in ``kvstress.audit``'s docs
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
+
+import torch
 
 from kvstress.audit._ledger import Lease
 from kvstress.audit._report import holders
 
+_ZEROS: dict[int, bytes] = {}  # all-zero bytes of each block size met, to compare against
 
-def is_zero(inner: Any) -> bool | None:
-    """Whether every element of the block reads as zero; None when its memory cannot be read
-    (a tiered pool's segment given back: nobody can read it, so nobody can write it either)."""
+
+# A block's memory as the audit reads it: the tensor (kept, so the memory stays allocated), and
+# for a contiguous host block its address, its size in bytes and as many zero bytes; (tensor,
+# 0, 0, b"") for any other block, which torch reads.
+View = tuple[torch.Tensor, int, int, bytes]
+
+
+def view_of(inner: Any) -> View | None:
+    """The block's memory through the pool's handle; None when it cannot be read (a tiered
+    pool's segment given back: nobody can read it, so nobody can write it either)."""
     try:
-        return not bool(inner.data.any())
+        data = inner.data
     except Exception:
+        return None
+    if not isinstance(data, torch.Tensor):
+        return None
+    try:
+        if data.is_cpu and data.is_contiguous():
+            size = data.nbytes
+            zeros = _ZEROS.get(size)
+            if zeros is None:
+                zeros = _ZEROS.setdefault(size, bytes(size))
+            return data, data.data_ptr(), size, zeros
+    except Exception:  # a tensor without host memory to point at: torch reads it
+        pass
+    return data, 0, 0, b""
+
+
+def is_zero(view: View | None) -> bool | None:
+    """Whether every element reads as zero; None when there is no memory to read.
+
+    A contiguous host block is compared byte for byte with zeros (a copy and a memcmp: a few
+    times cheaper than a torch reduction on small blocks); all-zero bytes are zero in every
+    dtype. Anything else, or bytes that are not all zero (a -0.0 is zero, and not zero bytes),
+    is decided by torch. The view holds the tensor, so the address stays valid.
+    """
+    if view is None:
+        return None
+    data, address, size, zeros = view
+    if size and ctypes.string_at(address, size) == zeros:
+        return True
+    try:
+        return not bool(data.any())
+    except Exception:  # memory that cannot be read here (a meta tensor): no finding from it
         return None
 
 
@@ -55,7 +97,7 @@ def dirty_read(inner: Any, holder: str, previous: Lease | None) -> tuple[str, st
 def released_block_changed(lease: Lease) -> str | None:
     """At close: a block whose memory was all zero when its last reference was released, and
     which nobody acquired since, must still be all zero. The message when it is not."""
-    if lease.zero_at_release is not True or is_zero(lease.inner) is not False:
+    if lease.zero_at_release is not True or is_zero(view_of(lease.inner)) is not False:
         return None
     return (
         f"block {lease.block_id} read as all zeros when {lease.ended_by} released its last reference "

@@ -13,7 +13,7 @@ call is ever made with the ledger lock held.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kvstress import checkers
 from kvstress._violation import InvariantViolation
@@ -24,6 +24,15 @@ if TYPE_CHECKING:
     from kvstress.audit._core import AuditCore
 
 Due = tuple[int, int, bool] | None  # (calls begun, blocks held, full check due), or not quiet
+
+
+class Held(NamedTuple):
+    """A held lease as it was at a quiet point."""
+
+    holder: str
+    holders: tuple[str, ...]
+    refs: int
+    marked: bool
 
 
 class QuietCheck:
@@ -60,7 +69,11 @@ class QuietCheck:
             if ledger.begun != begun or ledger.in_flight:
                 return
             ledger.since_full_check = 0
-            held = dict(ledger.open)
+            # Copies, not the leases: calls that begin after the reads below change the leases.
+            held = {
+                b: Held(lease.holder, holders(lease), lease.refs, lease.marked)
+                for b, lease in ledger.open.items()
+            }
             handles = {b: lease.inner for b, lease in ledger.latest.items()}
         try:
             count, ids, states, refcounts = self._read(handles, held)
@@ -79,7 +92,7 @@ class QuietCheck:
             ) from None
 
     def _read(
-        self, handles: dict[int, Any], held: dict[int, Any]
+        self, handles: dict[int, Any], held: dict[int, Held]
     ) -> tuple[int, list[int], dict[int, BlockState], dict[int, Any]]:
         pool = self._audit.pool
         count = pool.free_count()
@@ -99,10 +112,10 @@ def _check(
     ids: list[int],
     states: dict[int, BlockState],
     refcounts: dict[int, Any],
-    held: dict[int, Any],
+    held: dict[int, Held],
 ) -> None:
     checkers.check_queue(ids, num_blocks, states)
-    checkers.check_held_not_queued(ids, {b: holders(lease) for b, lease in held.items()})
+    checkers.check_held_not_queued(ids, {b: lease.holders for b, lease in held.items()})
     checkers.check_conservation(num_blocks, held, ids)
     free_states = sum(states.get(b, BlockState.FREE) is BlockState.FREE for b in range(num_blocks))
     checkers.check_counter(count, ids, free_states)
