@@ -24,6 +24,7 @@ import threading
 
 import anyio
 import pytest
+from hypothesis import given, strategies as st
 
 
 class Seats:
@@ -132,6 +133,12 @@ def test_threads_fixed(tmp_path):
 @pytest.mark.kvstress_explore(schedules=0)
 def test_bad_marker():
     pass
+
+
+@pytest.mark.kvstress_explore(schedules=5)
+@given(st.integers())
+def test_with_given(number):
+    pass
 """
 
 REPLAY = re.compile(r"replay:   pytest --kvstress-replay=(ks1:[A-Za-z0-9_-]+) (\S+)")
@@ -147,10 +154,10 @@ def test_marked_tests_fail_with_a_replayable_schedule_and_pass_with_a_count(
 ) -> None:
     """Racy marked tests fail with schedule, seed and replay command, and the command fails the
     same way; fixed ones report a count; their unmarked twins pass; a bad marker argument fails
-    its test in one line."""
+    its test in one line, as does the marker on a Hypothesis test."""
     _suite(pytester)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers")
-    result.assert_outcomes(passed=7, failed=4)
+    result.assert_outcomes(passed=7, failed=5)
     out = result.stdout.str()
     for name in ("asyncio_racy", "anyio_racy[asyncio]", "threads_racy", "bad_marker"):
         assert f"FAILED test_seats.py::test_{name}" in out
@@ -163,6 +170,7 @@ def test_marked_tests_fail_with_a_replayable_schedule_and_pass_with_a_count(
     assert "test_seats.py::test_threads_fixed: explored 30 schedules (strategy 'pct', seed 3)" in out
     assert "test_seats.py::test_anyio_racy[trio]: not explored: anyio backend 'trio' (asyncio only)" in out
     assert "kvstress_explore: schedules must be an int >= 1, got 0 (int)" in out
+    assert "kvstress_explore: does not combine with Hypothesis' @given" in out
     nodeid = "test_seats.py::test_asyncio_racy"
     again = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", f"--kvstress-replay={replays[nodeid]}", nodeid

@@ -90,6 +90,12 @@ class ExploredTests:
             problem = str(error)
         else:
             problem = ""
+        if hasattr(item.obj, "hypothesis"):
+            # Each schedule would rerun the whole @given search, and its draws are not replayed.
+            problem = (
+                "does not combine with Hypothesis' @given; explore a plain test, or call "
+                "kvstress.explore inside"
+            )
         if problem:  # failed outside the except block, so no "during handling" chain is shown
             pytest.fail(f"{MARKER_NAME}: {problem}", pytrace=False)
 
