@@ -14,6 +14,12 @@ seconds ``kvstress.explore`` (strategy ``random``, as the example's tests use) t
 the target is 10 s per seed. Then the correct loop's schedules/s over 200 schedules.
 
 Numbers vary with the machine, so they are printed, never asserted.
+
+Measured on the 2-core development machine, shared with other jobs (load average 5), over four
+runs: counters 157-619 schedules/s (pct) and 184-474 (random), with plain asyncio.run at 216-687
+runs/s, so explore runs at 0.7-0.9 times the speed of one plain run; tenants 68-93 schedules/s
+beside 98-223 plain runs/s (the audit's checks are most of a run). Each planted bug took 1 to 13
+schedules (at most 0.38 s) on each of seeds 0-4; the correct loop ran 35-71 schedules/s.
 """
 
 from __future__ import annotations
