@@ -9,6 +9,10 @@ from kvstress._violation import INVARIANTS as INVARIANTS
 from kvstress._violation import BlockRecord as BlockRecord
 from kvstress._violation import InvariantViolation as InvariantViolation
 from kvstress._violation import Operation as Operation
+from kvstress.audit import AsyncAuditedPool as AsyncAuditedPool
+from kvstress.audit import AuditedBlock as AuditedBlock
+from kvstress.audit import AuditedPool as AuditedPool
+from kvstress.audit import audit as audit
 from kvstress.bench import LoadSpec as LoadSpec
 from kvstress.bench import OverloadPolicy as OverloadPolicy
 from kvstress.bench import WorkloadConfig as WorkloadConfig
@@ -21,6 +25,8 @@ from kvstress.capacity import load_card as load_card
 from kvstress.capacity import plan as plan
 from kvstress.capacity import pool_for_model as pool_for_model
 from kvstress.checkers import TimingPolicy as TimingPolicy
+from kvstress.explorer import Explored as Explored
+from kvstress.explorer import explore as explore
 from kvstress.harness import PoolDriver as PoolDriver
 from kvstress.harness import PoolSetupError as PoolSetupError
 from kvstress.machines import PoolMachine as PoolMachine

@@ -12,7 +12,11 @@ import kvstress
 
 PUBLIC = {
     "INVARIANTS",
+    "AsyncAuditedPool",
     "AsyncBlockPool",
+    "AuditedBlock",
+    "AuditedPool",
+    "audit",
     "AsyncTieredBlockPool",
     "Block",
     "BlockInfo",
@@ -50,6 +54,8 @@ PUBLIC = {
     "plan",
     "pool_for_model",
     "pool_machine",
+    "Explored",
+    "explore",
 }
 
 

@@ -5,6 +5,9 @@
   ``kvstress_fuzz`` is the same fixture under a name that does not hide ``import kvstress``.
 - Options (and ini values): ``--kvstress-budget``, ``--kvstress-seed``,
   ``--kvstress-report-dir``, ``--kvstress-controlled-loop``; the ``kvstress`` marker.
+- The ``kvstress_explore`` marker: the test runs under up to N controlled schedules
+  (``kvstress.explore``) and fails with its schedule and the ``--kvstress-replay`` command that
+  reruns exactly that schedule.
 - Hypothesis profiles ``kvstress-dev``, ``kvstress-ci`` and ``kvstress-nightly``.
 
 This module only re-exports; pytest finds the hooks and the fixture by these names.

@@ -67,6 +67,13 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="run pytest-asyncio tests on kvstress' seeded, replayable controlled event loop",
     )
+    group.addoption(
+        "--kvstress-replay",
+        dest="kvstress_replay",
+        default=None,
+        metavar="ks1:...",
+        help="run each selected kvstress_explore test under exactly this schedule (from a failure)",
+    )
     # Strings, parsed here: pytest's own "int" and "float" ini types need pytest >= 8.4.
     parser.addini("kvstress_budget", "default for --kvstress-budget", default=str(DEFAULT_BUDGET_S))
     parser.addini("kvstress_seed", "default for --kvstress-seed (empty: random)", default="")

@@ -1,4 +1,5 @@
-"""The plugin's hooks: options, the session seed, the xdist hand-over and the controlled loop.
+"""The plugin's hooks: options, the session seed, the xdist hand-over, the controlled loop and
+the ``kvstress_explore`` marker.
 
 The controller picks the session seed once (``pytest_configure``) and prints it in the header;
 xdist workers take it from ``workerinput``. Everything a test needs is kept in
@@ -11,6 +12,8 @@ import warnings
 
 import pytest
 
+from kvstress.pytest_plugin._explore import MARKER as EXPLORE_MARKER
+from kvstress.pytest_plugin._explore import ExploredTests, read_replay
 from kvstress.pytest_plugin._loop import ControlledLoops
 from kvstress.pytest_plugin._options import MARKER, SETTINGS, add_options, read_settings
 from kvstress.pytest_plugin._xdist import SeedHandover, inherited_seed, is_worker
@@ -48,8 +51,11 @@ def _ini_is_set(config: pytest.Config, name: str) -> bool:
 def _configure(config: pytest.Config) -> None:
     """Register the marker, settle the session's settings and plug in xdist and the loop."""
     config.addinivalue_line("markers", MARKER)
+    config.addinivalue_line("markers", EXPLORE_MARKER)
     settings = read_settings(config, inherited_seed(config))
     config.stash[SETTINGS] = settings
+    explored = ExploredTests(settings.session_seed, read_replay(config))
+    config.pluginmanager.register(explored, "kvstress-explore")
     if not is_worker(config):
         config.option.kvstress_seed = settings.session_seed  # what workers would re-read
         if config.pluginmanager.hasplugin("xdist"):

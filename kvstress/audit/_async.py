@@ -1,0 +1,131 @@
+"""The audit of an async pool (asyncio or trio): the protocol's calls, each checked against the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from kvstress._errors import PoolExhausted
+from kvstress.audit._block import AuditedBlock
+from kvstress.audit._core import AuditCore
+
+
+class AsyncAuditedPool(AuditCore):
+    """An async pool behind an audit: the same protocol, every call checked (``kvstress.audit``).
+
+    ``acquire``, ``release`` and ``release_many`` are coroutines, as the pool's are. No ledger
+    update awaits: each runs whole between two of the pool's awaits, so tasks never see the
+    ledger half-changed.
+    """
+
+    def _holder(self) -> str:
+        return _task_name()
+
+    async def acquire(self, timeout: float | None = None) -> AuditedBlock | None:
+        """The pool's acquire; the block must be nobody's and all zero."""
+        op, holder = self._begin_acquire(timeout)
+        try:
+            inner = await self.pool.acquire(timeout)
+        except BaseException as error:
+            self._failed(op, error)
+            raise
+        return self._end_acquire(op, holder, inner)
+
+    async def release(self, block: AuditedBlock) -> bool:
+        """The pool's release, refused (InvariantViolation) through a stale handle."""
+        lease, op = self._begin_release(block)
+        try:
+            returned = await self.pool.release(lease.inner)
+        except BaseException as error:
+            self._release_raised(lease, op, error)
+            raise
+        self._end_release(lease, op, returned)
+        return bool(returned)
+
+    async def release_many(self, blocks: Sequence[AuditedBlock]) -> list[bool]:
+        """Each block released as ``release`` would, with the pool's own ``release_many`` where it
+        has one (one call, so one reset for all); a stale handle refuses the whole call."""
+        many = getattr(self.pool, "release_many", None)
+        if many is None:
+            return [await self.release(block) for block in blocks]
+        begun = self._begin_many(blocks)
+        try:
+            answers = list(await many([lease.inner for lease, _ in begun]))
+        except BaseException as error:
+            for lease, op in begun:
+                self._release_raised(lease, op, error)
+            raise
+        for (lease, op), returned in zip(begun, answers, strict=True):
+            self._end_release(lease, op, returned)
+        return [bool(answer) for answer in answers]
+
+    def retain(self, block: AuditedBlock) -> None:
+        """The pool's retain, refused (InvariantViolation) through a stale handle."""
+        lease, op = self._begin_use(block, "retain")
+        try:
+            self.pool.retain(lease.inner)
+        except BaseException as error:
+            self._failed(op, error)
+            raise
+        self._end_use(lease, op, "retain")
+
+    def mark_in_use(self, block: AuditedBlock) -> None:
+        """The pool's mark_in_use, refused (InvariantViolation) through a stale handle."""
+        lease, op = self._begin_use(block, "mark_in_use")
+        try:
+            self.pool.mark_in_use(lease.inner)
+        except BaseException as error:
+            self._failed(op, error)
+            raise
+        self._end_use(lease, op, "mark_in_use")
+
+    def free_count(self) -> int:
+        """The pool's own counter (not audited: a read)."""
+        count: int = self.pool.free_count()
+        return count
+
+    def free_ids(self) -> list[int]:
+        """The pool's free queue (not audited: a read)."""
+        return list(self.pool.free_ids())
+
+    @asynccontextmanager
+    async def block(self, timeout: float | None = None) -> AsyncIterator[AuditedBlock]:
+        """``async with audited.block(timeout) as b:`` acquires, and always releases, through the
+        audit. Raises PoolExhausted when no block comes within ``timeout``."""
+        acquired = await self.acquire(timeout)
+        if acquired is None:
+            raise PoolExhausted(f"no free block within {timeout} s ({self.num_blocks} blocks, all held)")
+        try:
+            yield acquired
+        finally:
+            await self.release(acquired)
+
+    async def __aenter__(self) -> AsyncAuditedPool:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self._close_quietly()
+
+    def __repr__(self) -> str:
+        return f"<AsyncAuditedPool of {self.pool!r}>"
+
+
+def _task_name() -> str:
+    """The running task's name: asyncio's own where the loop is asyncio, anyio's record elsewhere."""
+    try:
+        task: Any = asyncio.current_task()
+    except RuntimeError:  # no asyncio loop runs here: trio
+        task = None
+    if task is not None:
+        return str(task.get_name())
+    return anyio.get_current_task().name or "task"

@@ -1,0 +1,317 @@
+"""What the threaded and the async audit share: the checks before and after each pool call.
+
+Each audited call is three steps: ``_begin_*`` (ledger update, with the ledger lock), the pool
+call (no lock held), then ``_end_*`` (ledger update and checks). The flavours only differ in how
+they make the middle step: a plain call, or an await. Nothing here awaits, so on an event loop a
+ledger update can never be interleaved with another task's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvstress._violation import InvariantViolation, Operation
+from kvstress.audit._block import AuditedBlock
+from kvstress.audit._ledger import AuditLedger, Lease, Op
+from kvstress.audit._memory import dirty_read, is_zero, released_block_changed, view_of
+from kvstress.audit._quiet import QuietCheck
+from kvstress.audit._report import block_table, capture_stack, describe_lease, leak_message
+from kvstress.pool._state import HELD_STATES
+
+PROTOCOL = ("num_blocks", "acquire", "mark_in_use", "retain", "release", "free_count", "free_ids")
+
+
+class AuditCore:
+    """The ledger, the checks, and the first violation found (``close()`` raises it again)."""
+
+    def __init__(self, pool: Any, *, history: int, stack_limit: int, queue_check_every: int | None) -> None:
+        missing = [name for name in PROTOCOL if not hasattr(pool, name)]
+        if missing:
+            raise ValueError(
+                f"pool must keep the kvstress pool protocol; {pool!r} lacks {', '.join(missing)}"
+            )
+        if not isinstance(history, int) or history < 1:
+            raise ValueError(f"history must be a positive int, got {history!r}")
+        if not isinstance(stack_limit, int) or stack_limit < 0:
+            raise ValueError(f"stack_limit must be an int >= 0, got {stack_limit!r}")
+        self.pool = pool
+        self.num_blocks: int = pool.num_blocks
+        self._ledger = AuditLedger(self.num_blocks, history)
+        self._stack_limit = stack_limit
+        self._quiet = QuietCheck(self, queue_check_every)
+        self._first: InvariantViolation | None = None
+        self._closed = False
+
+    def _holder(self) -> str:
+        """Who is calling: the thread's name, or the task's."""
+        raise NotImplementedError
+
+    # -- acquire --------------------------------------------------------------------------------
+
+    def _begin_acquire(self, timeout: Any) -> tuple[Op, str]:
+        holder = self._holder()
+        with self._ledger.lock:
+            return self._ledger.begin(holder, "acquire", {"timeout": timeout}), holder
+
+    def _end_acquire(self, op: Op, holder: str, inner: Any) -> AuditedBlock | None:
+        """Record what acquire returned; check it is nobody's block and that its memory is zero."""
+        ledger = self._ledger
+        if inner is None:
+            with ledger.lock:
+                ledger.end(op, "info", None)
+                quiet = self._quiet.due()
+            if quiet is not None:
+                self._quiet.run(quiet)
+            return None
+        block_id = inner.id
+        # The frames skipped: _end_acquire and the flavour's acquire.
+        stack = capture_stack(self._stack_limit, 2) if self._stack_limit else ()
+        with ledger.lock:
+            lease, clash, previous = ledger.take(block_id, inner, holder, stack)
+            ledger.end(op, "ok", block_id)
+            quiet = self._quiet.due()
+        if clash is not None:
+            raise self.violation(
+                "shared-block",
+                f"the pool's acquire handed {holder} block {block_id}, which is still held: "
+                f"{describe_lease(clash)} (a pool bug)",
+            )
+        # No holder can write before this returns, and the previous one released it: any
+        # non-zero element was left by the pool, or written through a released handle.
+        lease.view = view = view_of(inner)  # kept to the release: its memory stays allocated
+        if is_zero(view) is False:
+            raise self.violation(*dirty_read(inner, holder, previous))
+        if quiet is not None:
+            self._quiet.run(quiet)
+        return AuditedBlock(self, lease)
+
+    def _failed(self, op: Op, error: BaseException) -> None:
+        """A pool call raised (or was cancelled): record it; the error goes on to the caller."""
+        outcome = "raised" if isinstance(error, Exception) else "info"
+        with self._ledger.lock:
+            self._ledger.end(op, outcome, f"{type(error).__name__}: {error}")
+
+    # -- release --------------------------------------------------------------------------------
+
+    def _begin_release(self, block: object, name: str = "release") -> tuple[Lease, Op]:
+        """Give up the reference (a holder gives it up when it *calls* release); refuse a stale
+        handle before the pool sees it, so the block's next holder is never touched."""
+        lease = self._lease_of(block)
+        holder = self._holder()
+        with self._ledger.lock:
+            op = self._ledger.begin(holder, name, {"block": lease.block_id})
+            if lease.refs > 0:
+                self._ledger.give_up(lease, holder, op)
+                return lease, op
+            self._ledger.end(op, "raised", "refused: stale handle")
+        raise self._stale(lease, holder, name)
+
+    def _end_release(self, lease: Lease, op: Op, returned: Any) -> None:
+        """Check the pool's answer against the lease; note whether the memory reads as reset."""
+        ledger = self._ledger
+        problem: tuple[str, str] | None = None
+        with ledger.lock:
+            ledger.end(op, "ok", returned)
+            lease.releasing -= 1
+            if returned is True:
+                lease.answered_true += 1
+            problem = self._release_answer(lease, returned)
+            if returned is True and lease.refs == 0 and lease.block_id not in ledger.open:
+                # Under the lock and before any next lease is opened: nobody may write into the
+                # block now, so what this reads is what the pool left.
+                lease.zero_at_release = is_zero(lease.view)
+            if lease.refs == 0 and lease.releasing == 0:
+                lease.view = None  # a tiered pool may now give the memory back
+            quiet = self._quiet.due()
+        if problem is not None:
+            raise self.violation(*problem)
+        if quiet is not None:
+            self._quiet.run(quiet)
+
+    def _release_answer(self, lease: Lease, returned: Any) -> tuple[str, str] | None:
+        """A release answers True once per lease, for its last reference (ledger lock held)."""
+        if returned is True:
+            if lease.answered_true == 1 and lease.refs == 0:
+                return None
+        elif lease.refs or lease.releasing or lease.answered_true or lease.answer_lost:
+            return None
+        block = f"block {lease.block_id}"
+        if returned is True and lease.answered_true > 1:
+            return ("double-release", f"releases of {block} answered True twice in one tenancy (a pool bug)")
+        if returned is True and lease.refs > 0:
+            return (
+                "refcount",
+                f"release of {block} answered True although {describe_lease(lease)} still "
+                "holds references: the pool freed a block still in use (a pool bug)",
+            )
+        if lease.refs == 0 and lease.releasing == 0 and lease.answered_true == 0 and not lease.answer_lost:
+            return (
+                "lost-block",
+                f"every reference to {block} was released, but no release answered True: the pool "
+                "did not return it (a pool bug)",
+            )
+        return None
+
+    def _begin_many(self, blocks: Sequence[object]) -> list[tuple[Lease, Op]]:
+        begun: list[tuple[Lease, Op]] = []
+        try:
+            for block in blocks:
+                begun.append(self._begin_release(block, "release_many"))
+        except BaseException:  # a stale handle: the others keep their references
+            with self._ledger.lock:
+                for lease, op in begun:
+                    self._ledger.end(op, "info", "not called: another handle was stale")
+                    lease.releasing -= 1
+                    self._ledger.undo_give_up(lease)
+            raise
+        return begun
+
+    def _release_raised(self, lease: Lease, op: Op, error: BaseException) -> None:
+        """A release that raised or was cancelled: if the pool shows it never took effect (the
+        block still held, with a reference for it), the holder keeps that reference."""
+        try:
+            untouched = lease.inner.state in HELD_STATES and lease.inner.refcount > lease.refs
+        except Exception:
+            untouched = False
+        self._failed(op, error)
+        with self._ledger.lock:
+            lease.releasing -= 1
+            lease.answer_lost = True
+            # Not if the block went to a new tenancy meanwhile: then the release took effect.
+            if untouched and self._ledger.open.get(lease.block_id, lease) is lease:
+                self._ledger.undo_give_up(lease)
+
+    # -- retain and mark_in_use ---------------------------------------------------------------
+
+    def _begin_use(self, block: object, name: str) -> tuple[Lease, Op]:
+        """Before retain or mark_in_use: the handle must hold a reference."""
+        lease = self._lease_of(block)
+        holder = self._holder()
+        with self._ledger.lock:
+            op = self._ledger.begin(holder, name, {"block": lease.block_id})
+            if lease.refs > 0:
+                return lease, op
+            self._ledger.end(op, "raised", "refused: stale handle")
+        raise self._stale(lease, holder, name)
+
+    def _end_use(self, lease: Lease, op: Op, name: str) -> None:
+        holder = self._holder()
+        with self._ledger.lock:
+            self._ledger.end(op, "ok")
+            ended = lease.refs <= 0
+            if not ended and name == "retain":
+                lease.refs += 1
+                lease.sharers += (holder,)
+            elif not ended:
+                lease.marked = True
+            quiet = self._quiet.due()
+        if ended:
+            raise self.violation(
+                "illegal-transition",
+                f"{holder}'s {name} of block {lease.block_id} raced the release of its last reference "
+                f"by {lease.ended_by}: {holder} called it without holding a reference (a caller bug)",
+            )
+        if quiet is not None:
+            self._quiet.run(quiet)
+
+    # -- shared -------------------------------------------------------------------------------
+
+    def _lease_of(self, block: object) -> Lease:
+        if isinstance(block, AuditedBlock) and block._audit is self:
+            return block._lease
+        raise ValueError(f"block must be a block this audited pool's acquire returned, got {block!r}")
+
+    def _stale(self, lease: Lease, holder: str, name: str) -> InvariantViolation:
+        now = self._ledger.open.get(lease.block_id)
+        where = "nobody holds it now" if now is None else f"it is now {describe_lease(now)}"
+        what = (
+            f"{holder} called {name} on block {lease.block_id} through a stale handle: tenancy "
+            f"{lease.number}, whose last reference {lease.ended_by} released (operation "
+            f"{lease.ended_op}); {where}"
+        )
+        if name.startswith("release"):
+            kind = (
+                "a double release"
+                if now is None
+                else "a release that would have freed another holder's block"
+            )
+            return self.violation("double-release", f"{what}. This is {kind} (a caller bug)")
+        return self.violation("illegal-transition", f"{what}. {name} needs a held block (a caller bug)")
+
+    def stale_data(self, lease: Lease) -> None:
+        """Raise for a read of ``data`` through a handle whose lease has ended."""
+        now = self._ledger.open.get(lease.block_id)
+        where = "nobody holds it now" if now is None else f"it is now {describe_lease(now)}"
+        raise self.violation(
+            "shared-block",
+            f"block {lease.block_id}'s data was used through a stale handle (tenancy {lease.number}, "
+            f"whose last reference {lease.ended_by} released); {where}: a use after release "
+            "(a caller bug)",
+        )
+
+    def violation(self, invariant: str, message: str) -> InvariantViolation:
+        """A violation with the history and the block table; the first is kept for ``close()``."""
+        ledger = self._ledger
+        with ledger.lock:
+            handles = {b: lease.inner for b, lease in ledger.latest.items()}
+            held = dict(ledger.open)
+        found = InvariantViolation(
+            invariant,
+            message,
+            ledger.snapshot(),
+            block_table(self.pool, self.num_blocks, handles, held),
+        )
+        if self._first is None:
+            self._first = found
+        return found
+
+    def close(self) -> None:
+        """End the audit: raise the first violation found (even one the caller swallowed), then
+        check that every block came back, listing each leak with its holder and acquire stack,
+        that no released block was written since, and the pool's queue and counter."""
+        if self._closed:
+            return
+        self._closed = True
+        first = self._first
+        if first is not None:
+            raise InvariantViolation(
+                first.invariant,
+                f"{first.message} (found earlier, at the faulty call)",
+                first.history,
+                first.blocks,
+            )
+        with self._ledger.lock:
+            leaked = list(self._ledger.open.values())
+            released = [x for b, x in self._ledger.latest.items() if b not in self._ledger.open]
+            quiet = self._ledger.in_flight == 0
+            seq = self._ledger.begun
+        if leaked:
+            raise self.violation("lost-block", leak_message(leaked))
+        for lease in released:
+            changed = released_block_changed(lease)
+            if changed is not None:
+                raise self.violation("dirty-read", changed)
+        if quiet:
+            self._quiet.full(seq)
+
+    def _close_quietly(self) -> None:
+        """Close after an exception went by: nothing more is raised over it."""
+        self._closed = True
+
+    def history(self) -> tuple[Operation, ...]:
+        """The latest operations made through the audit (``history`` of them), those still in
+        flight included, in the order they began; times in seconds since the audit began."""
+        return self._ledger.snapshot()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has run."""
+        return self._closed
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything beyond the protocol (metrics, dump, block_shape...) is the pool's own; calls
+        # made through it are not audited.
+        if name.startswith("__") or name == "pool":
+            raise AttributeError(name)
+        return getattr(self.pool, name)

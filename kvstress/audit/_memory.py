@@ -1,0 +1,107 @@
+"""Block memory through the audit's eyes: zero at acquire, and unchanged since a release.
+
+What can be told apart, and what cannot, is set out in ``kvstress.audit``'s docstring.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import torch
+
+from kvstress.audit._ledger import Lease
+from kvstress.audit._report import holders
+
+_ZEROS: dict[int, bytes] = {}  # all-zero bytes of each block size met, to compare against
+
+
+# A block's memory as the audit reads it: the tensor (kept, so the memory stays allocated), and
+# for a contiguous host block its address, its size in bytes and as many zero bytes; (tensor,
+# 0, 0, b"") for any other block, which torch reads.
+View = tuple[torch.Tensor, int, int, bytes]
+
+
+def view_of(inner: Any) -> View | None:
+    """The block's memory through the pool's handle; None when it cannot be read (a tiered
+    pool's segment given back: nobody can read it, so nobody can write it either)."""
+    try:
+        data = inner.data
+    except Exception:
+        return None
+    if not isinstance(data, torch.Tensor):
+        return None
+    try:
+        if data.is_cpu and data.is_contiguous():
+            size = data.nbytes
+            zeros = _ZEROS.get(size)
+            if zeros is None:
+                zeros = _ZEROS.setdefault(size, bytes(size))
+            return data, data.data_ptr(), size, zeros
+    except Exception:  # a tensor without host memory to point at: torch reads it
+        pass
+    return data, 0, 0, b""
+
+
+def is_zero(view: View | None) -> bool | None:
+    """Whether every element reads as zero; None when there is no memory to read.
+
+    A contiguous host block is compared byte for byte with zeros (a copy and a memcmp: a few
+    times cheaper than a torch reduction on small blocks); all-zero bytes are zero in every
+    dtype. Anything else, or bytes that are not all zero (a -0.0 is zero, and not zero bytes),
+    is decided by torch. The view holds the tensor, so the address stays valid.
+    """
+    if view is None:
+        return None
+    data, address, size, zeros = view
+    if size and ctypes.string_at(address, size) == zeros:
+        return True
+    try:
+        return not bool(data.any())
+    except Exception:  # memory that cannot be read here (a meta tensor): no finding from it
+        return None
+
+
+def nonzero_detail(inner: Any) -> str:
+    """``3 of 8 elements not zero (first at flat index 2: 7.0)``."""
+    try:
+        flat = inner.data.detach().reshape(-1)
+        where = (flat != 0).nonzero()
+        first = int(where[0, 0])
+        count, value = where.shape[0], flat[first].item()
+        return f"{count} of {flat.numel()} elements not zero (first at flat index {first}: {value!r})"
+    except Exception as error:  # the memory changed under us: still not zero, say so plainly
+        return f"elements not zero ({type(error).__name__} while counting them)"
+
+
+def dirty_read(inner: Any, holder: str, previous: Lease | None) -> tuple[str, str]:
+    """The violation for a block that came out of acquire not all zero, with whose fault it is."""
+    block = f"block {inner.id}"
+    detail = nonzero_detail(inner)
+    if previous is not None and previous.zero_at_release is True:
+        return (
+            "dirty-read",
+            f"{block} came out of {holder}'s acquire with {detail}, but it read as all zeros when "
+            f"{previous.ended_by} released its last reference (tenancy {previous.number}, operation "
+            f"{previous.ended_op}): it was written after its release, through a stale handle's view, "
+            f"by one of {', '.join(holders(previous))} (a caller bug: use after release)",
+        )
+    released = "" if previous is None else f" (last released by {previous.ended_by})"
+    return (
+        "dirty-read",
+        f"{block} came out of {holder}'s acquire with {detail}{released}: the pool did not reset "
+        "it, or a holder wrote into it after releasing it where the audit could not time the write",
+    )
+
+
+def released_block_changed(lease: Lease) -> str | None:
+    """At close: a block whose memory was all zero when its last reference was released, and
+    which nobody acquired since, must still be all zero. The message when it is not."""
+    if lease.zero_at_release is not True or is_zero(view_of(lease.inner)) is not False:
+        return None
+    return (
+        f"block {lease.block_id} read as all zeros when {lease.ended_by} released its last reference "
+        f"(tenancy {lease.number}, operation {lease.ended_op}), and now holds "
+        f"{nonzero_detail(lease.inner)}: it was written after its release, through a stale "
+        f"handle's view, by one of {', '.join(holders(lease))} (a caller bug: use after release)"
+    )

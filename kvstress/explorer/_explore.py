@@ -1,0 +1,100 @@
+"""``kvstress.explore``: run a test function under many controlled schedules, outside pytest.
+
+A failure is re-raised as itself (its type is the test's verdict, an ``InvariantViolation`` from
+``kvstress.audit`` for one) with a note naming the schedule, the seed and how to replay it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kvstress.explorer._run import Outcome, search
+from kvstress.explorer._strategies import (
+    check_schedules,
+    check_strategy,
+    make_scheduler,
+    pick_seed,
+    replay_scheduler,
+)
+
+
+@dataclass(frozen=True)
+class Explored:
+    """What a passing ``explore`` ran: ``schedules`` distinct executions of ``strategy`` from
+    ``seed``; ``exhausted`` when the strategy had no more (DFS: every interleaving within its
+    preemption bound ran, so the pass is a proof up to that bound)."""
+
+    schedules: int
+    strategy: str
+    seed: int
+    exhausted: bool = False
+
+    def __str__(self) -> str:
+        end = ", every one the strategy has" if self.exhausted else ""
+        strategy, seed = self.strategy, self.seed
+        return f"kvstress explored {self.schedules} schedules (strategy {strategy!r}, seed {seed}{end})"
+
+
+def explore(
+    fn: Callable[[], Any],
+    *,
+    schedules: int = 200,
+    strategy: str = "pct",
+    seed: int | None = None,
+    replay: str | None = None,
+    modules: Iterable[object] = (),
+) -> Explored:
+    """Run ``fn()`` under up to ``schedules`` distinct controlled schedules; stop at the first failure.
+
+    An ``async def`` ``fn`` runs on kvstress' controlled event loop (virtual time: a 30 s timeout
+    costs nothing), one fresh loop per schedule. A plain ``fn`` runs as controlled thread 0:
+    the threads it starts (``threading.Thread`` in its module or in ``modules``) run one at a
+    time, switching at every line of those modules and at every lock, condition, sleep and
+    queue, on virtual time. Build the pool inside ``fn`` so each schedule starts fresh.
+
+    ``strategy`` is ``"pct"`` (default), ``"random"`` or ``"dfs"``; ``seed`` None draws one,
+    shown in the failure. ``replay`` (a ``ks1:...`` string from a failure) runs exactly that one
+    schedule instead. A failing run's exception is re-raised with a note holding its schedule,
+    seed and replay call. Bad arguments raise ValueError naming the argument.
+    """
+    check_schedules(schedules)
+    check_strategy(strategy)
+    run_seed = pick_seed(seed)
+    if not callable(fn):
+        raise ValueError(f"fn must be a function to explore, got {fn!r} ({type(fn).__name__})")
+    if replay is not None:
+        outcome = search(fn, replay_scheduler(replay), 1, modules=modules)
+        strategy, schedules = "replay", 1
+    else:
+        outcome = search(fn, make_scheduler(strategy, run_seed), schedules, modules=modules)
+    if outcome.failure is not None:
+        call = getattr(fn, "__qualname__", "fn")
+        raise_failure(outcome, strategy, run_seed, schedules, f"kvstress.explore({call}, replay={{!r}})")
+    return Explored(outcome.runs, strategy, run_seed, outcome.exhausted)
+
+
+def failure_note(outcome: Outcome, strategy: str, seed: int, limit: int, replay_hint: str) -> str:
+    """The lines added to a failure: which schedule failed, its seed, and how to replay it.
+
+    ``replay_hint`` is a format string whose ``{}`` (or ``{!r}``) takes the schedule text.
+    """
+    schedule = str(outcome.schedule)
+    if strategy == "replay":
+        head = "kvstress: the replayed schedule failed"
+    else:
+        head = (
+            f"kvstress: schedule {outcome.runs} of at most {limit} failed (strategy {strategy!r}, "
+            f"seed {seed}; the same seed repeats the search)"
+        )
+    return f"{head}\n  schedule: {schedule}\n  replay:   {replay_hint.format(schedule)}"
+
+
+def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay_hint: str) -> None:
+    """Re-raise ``outcome.failure`` as itself, with ``failure_note`` added to it."""
+    failure = outcome.failure
+    if failure is None:
+        raise RuntimeError("raise_failure called for an outcome that did not fail")
+    failure.add_note(failure_note(outcome, strategy, seed, limit, replay_hint))
+    raise failure

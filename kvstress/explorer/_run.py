@@ -1,0 +1,109 @@
+"""Run one test function under schedule after schedule: on the controlled loop, or on the baton.
+
+An async function runs on a fresh ``ControlledEventLoop`` per schedule (virtual time); a plain
+function runs as controlled thread 0 and the threads it starts take turns with it. Either way
+the search stops at the first schedule whose run raises one of ``failure_types``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kvstress.controlled import SchedulerExhausted, SchedulerMisbehaved, run_controlled
+from kvstress.controlled._baton import ThreadController
+from kvstress.controlled._patch import cooperative, resolve_modules, source_files
+from kvstress.schedulers import Schedule, ScheduleDivergence, Scheduler
+
+# The pools' own modules are always cooperative on the baton: their locks must be the baton's,
+# or a thread waiting on a real lock that a parked thread holds would stall the run.
+POOL_MODULES = ("kvstress.pool._threaded", "kvstress.pool._tiered", "kvstress.pool._base")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a search saw: ``runs`` executed; ``failure`` and its ``schedule`` when one raised."""
+
+    runs: int
+    exhausted: bool
+    failure: BaseException | None = None
+    schedule: Schedule | None = None
+
+
+def underlying(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function itself, under ``functools.partial`` layers and ``functools.wraps`` wrappers."""
+    while True:
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif hasattr(fn, "__wrapped__"):
+            fn = inspect.unwrap(fn)
+        else:
+            return fn
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """True for a coroutine function (run on the controlled loop), False for a plain one."""
+    return inspect.iscoroutinefunction(underlying(fn))
+
+
+def thread_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[types.ModuleType, ...]:
+    """The modules a threaded ``fn`` is traced in: its own, the given ones, and the pools'."""
+    return resolve_modules((underlying(fn), *modules, *POOL_MODULES))
+
+
+def search(
+    fn: Callable[[], Any],
+    scheduler: Scheduler,
+    limit: int,
+    *,
+    failure_types: tuple[type[BaseException], ...] = (Exception,),
+    modules: Iterable[object] = (),
+) -> Outcome:
+    """Run ``fn`` under at most ``limit`` executions of ``scheduler``, stopping at the first failure.
+
+    ``ScheduleDivergence`` (``fn`` is not deterministic under control, or a replayed schedule
+    belongs to other code) and ``SchedulerMisbehaved`` are not findings about ``fn``: they
+    propagate, as does anything outside ``failure_types`` (KeyboardInterrupt, a skip).
+    """
+    if is_async(fn):
+        return _loop(lambda: run_controlled(fn, scheduler), scheduler, limit, failure_types)
+    resolved = thread_modules(fn, modules)
+    files = source_files(resolved)
+    plain = functools.partial(_not_awaitable, fn)
+    with cooperative(resolved):
+        once = lambda: ThreadController(scheduler, trace_files=files).run(plain)  # noqa: E731
+        return _loop(once, scheduler, limit, failure_types)
+
+
+def _not_awaitable(fn: Callable[[], Any]) -> Any:
+    """``fn()``, refusing a plain function that returned a coroutine (``lambda: main()``)."""
+    result = fn()
+    if inspect.iscoroutine(result):
+        result.close()  # never awaited: close it so Python does not warn about it
+        raise ValueError(
+            "fn returned a coroutine: pass the async function itself (or functools.partial of it), "
+            "not a plain function that calls it, so that it runs on the controlled event loop"
+        )
+    return result
+
+
+def _loop(
+    once: Callable[[], object],
+    scheduler: Scheduler,
+    limit: int,
+    failure_types: tuple[type[BaseException], ...],
+) -> Outcome:
+    for done in range(limit):
+        try:
+            once()
+        except SchedulerExhausted:
+            return Outcome(done, exhausted=True)
+        except (ScheduleDivergence, SchedulerMisbehaved):
+            raise
+        except failure_types as failure:
+            return Outcome(done + 1, exhausted=False, failure=failure, schedule=scheduler.schedule())
+    return Outcome(limit, exhausted=False)

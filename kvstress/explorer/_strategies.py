@@ -1,0 +1,58 @@
+"""Strategy names for ``kvstress.explore`` and the marker: each name builds one scheduler."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+
+from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler, ReplayScheduler, Scheduler
+
+SEED_BITS = 32  # a seed short enough to read aloud; the schedule text carries the rest
+STRATEGIES: dict[str, Callable[[int], Scheduler]] = {
+    "pct": lambda seed: PCTScheduler(depth=3, seed=seed),
+    "random": lambda seed: RandomScheduler(seed),
+    "dfs": lambda seed: DFSScheduler(preemption_bound=2, seed=seed),
+}
+
+
+def check_strategy(strategy: object, name: str = "strategy") -> str:
+    """``strategy`` if it names a strategy; ValueError naming ``name`` and the choices otherwise."""
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
+        raise ValueError(
+            f"{name} must be one of {', '.join(repr(s) for s in STRATEGIES)}, got {strategy!r} "
+            f"({type(strategy).__name__})"
+        )
+    return strategy
+
+
+def check_schedules(schedules: object, name: str = "schedules") -> int:
+    """``schedules`` as an int >= 1; ValueError naming ``name`` otherwise."""
+    if type(schedules) is not int or schedules < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {schedules!r} ({type(schedules).__name__})")
+    return schedules
+
+
+def pick_seed(seed: object, name: str = "seed") -> int:
+    """``seed`` if given (an int in [0, 2**64)); None draws a fresh one, printed on failure."""
+    if seed is None:
+        return secrets.randbits(SEED_BITS)  # not `random`: pytest plugins reseed it per test
+    if type(seed) is not int or not 0 <= seed < 1 << 64:
+        raise ValueError(f"{name} must be None or an int in [0, 2**64), got {seed!r} ({type(seed).__name__})")
+    return seed
+
+
+def make_scheduler(strategy: str, seed: int) -> Scheduler:
+    """A fresh scheduler of ``strategy`` seeded with ``seed``."""
+    return STRATEGIES[strategy](seed)
+
+
+def replay_scheduler(schedule: object, name: str = "replay") -> ReplayScheduler:
+    """A scheduler that replays ``schedule`` (its ``ks1:`` text); ValueError naming ``name``."""
+    if not isinstance(schedule, str):
+        raise ValueError(
+            f"{name} must be a 'ks1:...' schedule string, got {schedule!r} ({type(schedule).__name__})"
+        )
+    try:
+        return ReplayScheduler(schedule)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None

@@ -1,0 +1,160 @@
+"""The ``kvstress_explore`` marker and ``--kvstress-replay``: a test run under many schedules.
+
+``@pytest.mark.kvstress_explore(schedules=200, strategy="pct", seed=None)`` runs the test
+function (async, under pytest-asyncio or anyio on asyncio; or plain, starting threads) once per
+controlled schedule, as ``kvstress.explore`` does, and stops at the first failure. The failure
+is the test's own exception with a note naming the schedule, the seed and the command that
+replays it; ``--kvstress-replay=ks1:...`` runs each selected marked test under that schedule
+alone. A passing test's count of schedules goes to its report (the ``kvstress_schedules``
+JUnit property and a ``kvstress explore`` section) and to the terminal summary.
+
+The plugin swaps the function pytest is about to call (``pyfuncitem.obj``) for a plain one that
+explores it, so the stock call path passes it its fixtures. Fixtures are set up once per test,
+not per schedule: build what a schedule changes (the pool) inside the test.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Generator
+from typing import Any
+
+import pytest
+
+from kvstress.explorer._explore import raise_failure
+from kvstress.explorer._run import search
+from kvstress.explorer._strategies import (
+    check_schedules,
+    check_strategy,
+    make_scheduler,
+    pick_seed,
+    replay_scheduler,
+)
+from kvstress.pytest_plugin._seeds import seed_for
+from kvstress.schedulers import Scheduler
+
+MARKER_NAME = "kvstress_explore"
+MARKER = (
+    f"{MARKER_NAME}(schedules=200, strategy='pct', seed=None, modules=()): run the test under up to "
+    "that many controlled schedules (kvstress.explore), stopping at the first failure"
+)
+SECTION = "kvstress explore"
+_OPTIONS = ("schedules", "strategy", "seed", "modules")
+
+
+class ExploredTests:
+    """The plugin object behind the marker and ``--kvstress-replay``; one per session."""
+
+    def __init__(self, session_seed: int, replay: str | None) -> None:
+        self._session_seed = session_seed
+        self._replay = replay
+        self.explored: list[tuple[str, str]] = []  # (node id, what ran) per passing marked test
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+        """For a marked test, let pytest call an explorer of the test function instead."""
+        marker = pyfuncitem.get_closest_marker(MARKER_NAME)
+        if marker is None:
+            return (yield)
+        backend = _anyio_backend(pyfuncitem)
+        if backend not in (None, "asyncio"):
+            # The controlled loop is an asyncio loop: this parametrisation runs as it always did.
+            self.explored.append(
+                (pyfuncitem.nodeid, f"not explored: anyio backend {backend!r} (asyncio only)")
+            )
+            return (yield)
+        original = pyfuncitem.obj
+        pyfuncitem.obj = self._explorer(pyfuncitem, marker, inspect.unwrap(original))
+        try:
+            return (yield)
+        finally:
+            pyfuncitem.obj = original
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """One line per passing marked test: how many schedules it explored."""
+        if self._replay is not None and not self.explored and not terminalreporter.stats.get("failed"):
+            terminalreporter.write_line(f"kvstress: --kvstress-replay given, but no {MARKER_NAME} test ran")
+        if self.explored:
+            terminalreporter.section(SECTION, sep="-")
+            for nodeid, line in self.explored:
+                terminalreporter.write_line(f"{nodeid}: {line}")
+
+    def _explorer(
+        self, item: pytest.Function, marker: pytest.Mark, test: Callable[..., Any]
+    ) -> Callable[..., None]:
+        __tracebackhide__ = True
+        try:
+            schedules, strategy, seed, modules = self._options(item, marker)
+        except ValueError as error:
+            problem = str(error)
+        else:
+            problem = ""
+        if hasattr(item.obj, "hypothesis"):
+            # Each schedule would rerun the whole @given search, and its draws are not replayed.
+            problem = (
+                "does not combine with Hypothesis' @given; explore a plain test, or call "
+                "kvstress.explore inside"
+            )
+        if problem:  # failed outside the except block, so no "during handling" chain is shown
+            pytest.fail(f"{MARKER_NAME}: {problem}", pytrace=False)
+
+        @functools.wraps(test)
+        def explore_test(**fixtures: Any) -> None:
+            __tracebackhide__ = True
+            fn = functools.partial(test, **fixtures)
+            scheduler: Scheduler
+            if self._replay is not None:
+                scheduler, limit, name = replay_scheduler(self._replay, "--kvstress-replay"), 1, "replay"
+            else:
+                scheduler, limit, name = make_scheduler(strategy, seed), schedules, strategy
+            failures = (Exception, pytest.fail.Exception)
+            outcome = search(fn, scheduler, limit, failure_types=failures, modules=modules)
+            if outcome.failure is not None:
+                hint = f"pytest --kvstress-replay={{}} {item.nodeid}"
+                raise_failure(outcome, name, seed, limit, hint)
+            line = f"explored {outcome.runs} schedules (strategy {name!r}, seed {seed})"
+            item.user_properties.append(("kvstress_schedules", outcome.runs))
+            item.add_report_section("call", SECTION, line)
+            self.explored.append((item.nodeid, line))
+
+        return explore_test
+
+    def _options(
+        self, item: pytest.Function, marker: pytest.Mark
+    ) -> tuple[int, str, int, tuple[object, ...]]:
+        """The marker's arguments, checked; the seed defaults to this test's session-derived one."""
+        if marker.args:
+            raise ValueError(f"takes keyword arguments only ({', '.join(_OPTIONS)}), got {marker.args!r}")
+        unknown = sorted(set(marker.kwargs) - set(_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown argument {unknown[0]!r}; it takes {', '.join(_OPTIONS)}")
+        options = marker.kwargs
+        schedules = check_schedules(options.get("schedules", 200))
+        strategy = check_strategy(options.get("strategy", "pct"))
+        seed = options.get("seed")
+        run_seed = seed_for(self._session_seed, item.nodeid) if seed is None else pick_seed(seed)
+        modules = options.get("modules", ())
+        if not isinstance(modules, list | tuple):
+            raise ValueError(f"modules must be a list or tuple of modules or names, got {modules!r}")
+        return schedules, strategy, run_seed, tuple(modules)
+
+
+def _anyio_backend(item: pytest.Function) -> str | None:
+    """The anyio backend a test runs on (None when it is no anyio test)."""
+    funcargs: dict[str, object] = getattr(item, "funcargs", {})
+    backend = funcargs.get("anyio_backend")
+    name = backend[0] if isinstance(backend, tuple) else backend
+    return None if name is None else str(name)
+
+
+def read_replay(config: pytest.Config) -> str | None:
+    """``--kvstress-replay``, checked when pytest starts: a bad schedule is a usage error."""
+    text: str | None = config.option.kvstress_replay
+    if text is None:
+        return None
+    try:
+        replay_scheduler(text, "--kvstress-replay")
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    return text

@@ -1,0 +1,232 @@
+"""kvstress.explore: async functions on the controlled loop, threaded ones on the baton.
+
+Each program below has a race that plain asyncio (or a plain thread run) does not hit, and a
+fixed twin: explore finds the race, names its schedule and seed, replays it, and stays silent on
+the twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+import kvstress
+from kvstress import Explored, explore
+
+SCHEDULE = re.compile(r"schedule: (ks1:[A-Za-z0-9_-]+)")
+
+
+class Seats:
+    """A booking counter whose check and update are split by an await (or not, when fixed)."""
+
+    def __init__(self, seats: int) -> None:
+        self.left = seats
+
+    async def book(self, *, racy: bool) -> bool:
+        """Take one seat if any is left."""
+        if racy:
+            if self.left > 0:
+                await asyncio.sleep(0)  # the check and the take are no longer one step
+                self.left -= 1
+                return True
+            return False
+        if self.left > 0:
+            self.left -= 1
+            await asyncio.sleep(0)
+            return True
+        return False
+
+
+def booking(*, racy: bool) -> Callable[[], Coroutine[Any, Any, None]]:
+    """Two clients book the last seat, the second after two yields; two bookings overbook it.
+
+    On asyncio's FIFO the first client's take always lands before the second one looks.
+    """
+
+    async def client(seats: Seats, delay: int) -> bool:
+        for _ in range(delay):
+            await asyncio.sleep(0)
+        return await seats.book(racy=racy)
+
+    async def main() -> None:
+        seats = Seats(1)
+        results = await asyncio.gather(client(seats, 0), client(seats, 2))
+        assert seats.left >= 0, f"overbooked: {results}, seats left {seats.left}"
+
+    return main
+
+
+def test_plain_asyncio_does_not_overbook() -> None:
+    """The racy booking passes under asyncio.run: the FIFO loop never splits it badly."""
+    asyncio.run(booking(racy=True)())
+
+
+def test_explore_finds_the_race_and_names_its_schedule() -> None:
+    """explore raises the test's own AssertionError, with schedule, seed and replay call in a note."""
+    with pytest.raises(AssertionError, match="overbooked") as caught:
+        explore(booking(racy=True), schedules=200, seed=7)
+    note = "\n".join(caught.value.__notes__)
+    assert "strategy 'pct', seed 7" in note
+    assert "replay:   kvstress.explore(" in note
+    assert SCHEDULE.search(note) is not None
+
+
+def test_the_schedule_replays_to_the_same_failure() -> None:
+    """replay= runs exactly the failing schedule and fails the same way; its note says so."""
+    with pytest.raises(AssertionError) as caught:
+        explore(booking(racy=True), schedules=200, seed=7)
+    match = SCHEDULE.search("\n".join(caught.value.__notes__))
+    assert match is not None
+    with pytest.raises(AssertionError, match="overbooked") as again:
+        explore(booking(racy=True), replay=match.group(1))
+    assert str(again.value).splitlines()[0] == str(caught.value).splitlines()[0]
+    assert "the replayed schedule failed" in "\n".join(again.value.__notes__)
+
+
+def test_the_fixed_program_passes_every_schedule() -> None:
+    """The fixed booking passes 200 schedules; explore says how many it ran."""
+    explored = explore(booking(racy=False), schedules=200, seed=7)
+    assert explored == Explored(schedules=200, strategy="pct", seed=7)
+    assert str(explored) == "kvstress explored 200 schedules (strategy 'pct', seed 7)"
+
+
+@pytest.mark.parametrize("strategy", ["pct", "random"])
+def test_each_strategy_finds_the_race(strategy: str) -> None:
+    """Both sampling strategies find the overbooking within 200 schedules."""
+    with pytest.raises(AssertionError, match="overbooked"):
+        explore(booking(racy=True), schedules=200, strategy=strategy, seed=3)
+
+
+def test_dfs_ends_when_every_interleaving_ran() -> None:
+    """DFS on the fixed program runs out before the limit and says so."""
+    explored = explore(booking(racy=False), schedules=10_000, strategy="dfs", seed=0)
+    assert explored.exhausted and 1 < explored.schedules < 10_000
+
+
+def test_an_unseeded_search_prints_a_seed_that_repeats_it() -> None:
+    """seed=None draws a seed; the failure shows it, and that seed finds the same schedule again."""
+    with pytest.raises(AssertionError) as caught:
+        explore(booking(racy=True), schedules=200)
+    note = "\n".join(caught.value.__notes__)
+    seed = re.search(r"seed (\d+)", note)
+    schedule = SCHEDULE.search(note)
+    assert seed is not None and schedule is not None
+    with pytest.raises(AssertionError) as again:
+        explore(booking(racy=True), schedules=200, seed=int(seed.group(1)))
+    assert schedule.group(1) in "\n".join(again.value.__notes__)
+
+
+def test_time_is_virtual() -> None:
+    """An hour of asyncio.sleep in each of 50 schedules costs no wall time worth noting."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.sleep(3600)
+        assert loop.time() - start == 3600
+
+    assert explore(main, schedules=50, seed=1).schedules == 50
+
+
+class Counter:
+    """A counter whose increment is a read and a write on separate lines (a lost update)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.lock = threading.Lock()
+
+    def bump(self, *, racy: bool) -> None:
+        """Add one."""
+        if racy:
+            seen = self.value
+            self.value = seen + 1
+        else:
+            with self.lock:
+                seen = self.value
+                self.value = seen + 1
+
+
+def bumping(*, racy: bool) -> Callable[[], None]:
+    """Two threads bump a counter twice each; anything but 4 lost an update."""
+
+    def main() -> None:
+        counter = Counter()
+        workers = [threading.Thread(target=lambda: [counter.bump(racy=racy) for _ in range(2)]) for _ in "ab"]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert counter.value == 4, f"lost update: counter is {counter.value}"
+
+    return main
+
+
+def test_threads_lost_update_is_found_and_replays() -> None:
+    """A plain function's threads take turns on the baton: the lost update is found and replays."""
+    with pytest.raises(AssertionError, match="lost update") as caught:
+        explore(bumping(racy=True), schedules=200, seed=5)
+    match = SCHEDULE.search("\n".join(caught.value.__notes__))
+    assert match is not None
+    with pytest.raises(AssertionError, match="lost update"):
+        explore(bumping(racy=True), replay=match.group(1))
+
+
+def test_threads_with_a_lock_pass() -> None:
+    """The locked counter passes every schedule (its lock is the baton's cooperative one)."""
+    assert explore(bumping(racy=False), schedules=100, seed=5).schedules == 100
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"schedules": 0}, "schedules"),
+        ({"schedules": "many"}, "schedules"),
+        ({"strategy": "fifo"}, "strategy"),
+        ({"seed": -1}, "seed"),
+        ({"replay": "not-a-schedule"}, "replay"),
+    ],
+)
+def test_bad_arguments_name_themselves(options: dict[str, object], named: str) -> None:
+    """Each bad argument raises ValueError naming it."""
+    with pytest.raises(ValueError, match=rf"^{named}"):
+        explore(booking(racy=False), **options)  # type: ignore[arg-type]
+
+
+def test_explore_is_public() -> None:
+    """kvstress.explore is the explorer's function."""
+    assert kvstress.explore is explore
+
+
+def test_threads_block_on_the_threaded_pool_cooperatively() -> None:
+    """Threads that wait on ThreadedBlockPool's condition take turns: 50 schedules, no stall."""
+
+    def main() -> None:
+        pool = kvstress.ThreadedBlockPool(1, (2,))
+        owners: list[int] = []
+
+        def tenant(mark: int) -> None:
+            block = pool.acquire()
+            assert block is not None and float(block.data.sum()) == 0.0, "a dirty block"
+            block.data.fill_(mark)
+            owners.append(mark)
+            pool.release(block)
+
+        workers = [threading.Thread(target=tenant, args=(mark,)) for mark in (1, 2, 3)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert sorted(owners) == [1, 2, 3]
+
+    assert explore(main, schedules=50, seed=2).schedules == 50
+
+
+def test_a_lambda_returning_a_coroutine_is_refused() -> None:
+    """A plain function that returns a coroutine fails with a ValueError saying what to pass."""
+    with pytest.raises(ValueError, match="fn returned a coroutine"):
+        explore(lambda: booking(racy=False)(), schedules=3, seed=0)

@@ -1,0 +1,191 @@
+"""The kvstress_explore marker and --kvstress-replay, end to end in inner pytest sessions.
+
+The inner suite books the last seat twice: a check-then-act split by an await (or by a line
+between threads) that plain pytest-asyncio, anyio and plain threads never split badly. Each
+session runs in a subprocess so the installed ``pytest11`` entry point loads.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+INI = """
+[pytest]
+asyncio_default_fixture_loop_scope = function
+"""
+
+SUITE = """
+import asyncio
+import threading
+
+import anyio
+import pytest
+from hypothesis import given, strategies as st
+
+
+class Seats:
+    def __init__(self):
+        self.left = 1
+
+    async def book(self, sleep, racy):
+        if self.left > 0:
+            if racy:
+                await sleep(0)
+            self.left -= 1
+            if not racy:
+                await sleep(0)
+
+
+async def two_clients(sleep, racy):
+    seats = Seats()
+
+    async def late():
+        await sleep(0)
+        await sleep(0)
+        await seats.book(sleep, racy)
+
+    await asyncio.gather(seats.book(sleep, racy), late())
+    assert seats.left >= 0, "overbooked"
+
+
+async def two_clients_anyio(racy):
+    seats = Seats()
+
+    async def late():
+        await anyio.sleep(0)
+        await anyio.sleep(0)
+        await seats.book(anyio.sleep, racy)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(seats.book, anyio.sleep, racy)
+        group.start_soon(late)
+    assert seats.left >= 0, "overbooked"
+
+
+def two_threads(racy):
+    counter = {"value": 0}
+    lock = threading.Lock()
+
+    def bump():
+        if racy:
+            seen = counter["value"]
+            counter["value"] = seen + 1
+        else:
+            with lock:
+                seen = counter["value"]
+                counter["value"] = seen + 1
+
+    workers = [threading.Thread(target=bump) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert counter["value"] == 2, "lost update"
+
+
+@pytest.mark.asyncio
+async def test_asyncio_plain():
+    await two_clients(asyncio.sleep, racy=True)
+
+
+@pytest.mark.kvstress_explore(schedules=200, seed=3)
+@pytest.mark.asyncio
+async def test_asyncio_racy():
+    await two_clients(asyncio.sleep, racy=True)
+
+
+@pytest.mark.kvstress_explore(schedules=40, seed=3)
+@pytest.mark.asyncio
+async def test_asyncio_fixed():
+    await two_clients(asyncio.sleep, racy=False)
+
+
+@pytest.mark.anyio
+async def test_anyio_plain():
+    await two_clients_anyio(racy=True)
+
+
+@pytest.mark.kvstress_explore(schedules=200, strategy="random", seed=3)
+@pytest.mark.anyio
+async def test_anyio_racy():
+    await two_clients_anyio(racy=True)
+
+
+def test_threads_plain():
+    two_threads(racy=True)
+
+
+@pytest.mark.kvstress_explore(schedules=200, seed=3)
+def test_threads_racy():
+    two_threads(racy=True)
+
+
+@pytest.mark.kvstress_explore(schedules=30, seed=3)
+def test_threads_fixed(tmp_path):
+    two_threads(racy=False)
+    assert tmp_path.exists()
+
+
+@pytest.mark.kvstress_explore(schedules=0)
+def test_bad_marker():
+    pass
+
+
+@pytest.mark.kvstress_explore(schedules=5)
+@given(st.integers())
+def test_with_given(number):
+    pass
+"""
+
+REPLAY = re.compile(r"replay:   pytest --kvstress-replay=(ks1:[A-Za-z0-9_-]+) (\S+)")
+
+
+def _suite(pytester: pytest.Pytester) -> None:
+    pytester.makeini(INI)
+    pytester.makepyfile(test_seats=SUITE)
+
+
+def test_marked_tests_fail_with_a_replayable_schedule_and_pass_with_a_count(
+    pytester: pytest.Pytester,
+) -> None:
+    """Racy marked tests fail with schedule, seed and replay command, and the command fails the
+    same way; fixed ones report a count; their unmarked twins pass; a bad marker argument fails
+    its test in one line, as does the marker on a Hypothesis test."""
+    _suite(pytester)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers")
+    result.assert_outcomes(passed=7, failed=5)
+    out = result.stdout.str()
+    for name in ("asyncio_racy", "anyio_racy[asyncio]", "threads_racy", "bad_marker"):
+        assert f"FAILED test_seats.py::test_{name}" in out
+    replays = dict((nodeid, schedule) for schedule, nodeid in REPLAY.findall(out))
+    racy = ("asyncio_racy", "anyio_racy[asyncio]", "threads_racy")
+    assert set(replays) == {f"test_seats.py::test_{name}" for name in racy}
+    assert "of at most 200 failed (strategy 'pct', seed 3;" in out
+    assert "of at most 200 failed (strategy 'random', seed 3;" in out
+    assert "test_seats.py::test_asyncio_fixed: explored 40 schedules (strategy 'pct', seed 3)" in out
+    assert "test_seats.py::test_threads_fixed: explored 30 schedules (strategy 'pct', seed 3)" in out
+    assert "test_seats.py::test_anyio_racy[trio]: not explored: anyio backend 'trio' (asyncio only)" in out
+    assert "kvstress_explore: schedules must be an int >= 1, got 0 (int)" in out
+    assert "kvstress_explore: does not combine with Hypothesis' @given" in out
+    nodeid = "test_seats.py::test_asyncio_racy"
+    again = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--kvstress-replay={replays[nodeid]}", nodeid
+    )
+    again.assert_outcomes(failed=1)
+    replayed = again.stdout.str()
+    assert "kvstress: the replayed schedule failed" in replayed
+    assert "AssertionError: overbooked" in replayed and replays[nodeid] in replayed
+
+
+def test_a_bad_replay_string_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """--kvstress-replay with a string that is no schedule stops pytest with one line (exit 4)."""
+    _suite(pytester)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kvstress-replay=ks1:zz!")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert (
+        "--kvstress-replay: schedule is corrupt: '!' is not a urlsafe base64 character" in result.stderr.str()
+    )
