@@ -361,3 +361,15 @@ def test_memory_that_cannot_be_read_is_no_finding() -> None:
 def zero(data: torch.Tensor) -> bool | None:
     """What the audit's memory check says of ``data``, as a block's memory."""
     return is_zero(view_of(SimpleNamespace(data=data)))
+
+
+def test_block_raises_pool_exhausted_and_close_is_idempotent() -> None:
+    """block() on an exhausted pool raises PoolExhausted (nothing leaked); a second close() is a no-op."""
+    pool = audited(1)
+    held = take(pool)
+    with pytest.raises(kvstress.PoolExhausted), pool.block(0):
+        pass
+    pool.release(held)
+    pool.close()
+    pool.close()
+    assert pool.closed
