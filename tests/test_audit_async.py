@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -210,3 +211,25 @@ def test_silent_on_correct_pools_under_tasks(name: str, factory: Callable[[], An
         pool.close()
 
     run(backend, body)
+
+
+def test_task_cancel_of_a_waiting_acquire_is_recorded_and_silent() -> None:
+    """asyncio's Task.cancel() on an acquire parked in the pool: recorded, no leak, no finding."""
+
+    async def body() -> None:
+        pool = audited(1)
+        held = await take(pool)
+        waiter = asyncio.get_running_loop().create_task(pool.acquire(None))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        await pool.release(held)
+        again = await take(pool)
+        await pool.release(again)
+        pool.close()
+        acquires = [op for op in pool.history() if op.name == "acquire"]
+        assert [op.outcome for op in acquires] == ["ok", "info", "ok"]
+        assert acquires[1].result == "CancelledError: "
+
+    run("asyncio", body)
