@@ -42,8 +42,8 @@ class QuietCheck:
         if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
             raise ValueError(f"queue_check_every must be a positive int or None, got {every!r}")
         self._audit = audit
-        # The full check costs O(blocks): run every 4 * num_blocks calls by default, it adds
-        # about as much per call as the O(1) check.
+        # The full check reads every block, O(blocks): spread over 4 * num_blocks calls by
+        # default, its share of each call stays the same whatever the pool's size.
         self.every = every if every is not None else 4 * audit.num_blocks
 
     def due(self) -> Due:
