@@ -129,6 +129,27 @@ def test_plain_close_and_async_with_pass_on_correct_use(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_calls_after_close_raise_value_error(backend: str) -> None:
+    """After close(), acquire, release and release_many raise ValueError naming the call."""
+
+    async def body() -> None:
+        pool = audited()
+        held = await take(pool)
+        await pool.release(held)
+        pool.close()
+        with pytest.raises(ValueError, match=r"^acquire called on a closed audit"):
+            await pool.acquire(0)
+        with pytest.raises(ValueError, match=r"^release called on a closed audit"):
+            await pool.release(held)
+        with pytest.raises(ValueError, match=r"^release_many called on a closed audit"):
+            await pool.release_many([held])
+        with pytest.raises(ValueError, match=r"^mark_in_use called on a closed audit"):
+            pool.mark_in_use(held)
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_cancelled_acquire_leaves_no_false_leak(backend: str) -> None:
     """An acquire cancelled while it waits is recorded as such; close() finds nothing."""
 

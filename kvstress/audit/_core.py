@@ -50,6 +50,7 @@ class AuditCore:
     # -- acquire --------------------------------------------------------------------------------
 
     def _begin_acquire(self, timeout: Any) -> tuple[Op, str]:
+        self.check_open("acquire")
         holder = self._holder()
         with self._ledger.lock:
             return self._ledger.begin(holder, "acquire", {"timeout": timeout}), holder
@@ -97,6 +98,7 @@ class AuditCore:
     def _begin_release(self, block: object, name: str = "release") -> tuple[Lease, Op]:
         """Give up the reference (a holder gives it up when it *calls* release); refuse a stale
         handle before the pool sees it, so the block's next holder is never touched."""
+        self.check_open(name)
         lease = self._lease_of(block)
         holder = self._holder()
         with self._ledger.lock:
@@ -186,6 +188,7 @@ class AuditCore:
 
     def _begin_use(self, block: object, name: str) -> tuple[Lease, Op]:
         """Before retain or mark_in_use: the handle must hold a reference."""
+        self.check_open(name)
         lease = self._lease_of(block)
         holder = self._holder()
         with self._ledger.lock:
@@ -216,6 +219,15 @@ class AuditCore:
             self._quiet.run(quiet)
 
     # -- shared -------------------------------------------------------------------------------
+
+    def check_open(self, name: str) -> None:
+        """Refuse a protocol call once ``close()`` has run: the audit's verdict is given, and a
+        call the audit no longer checks must not pass for an audited one."""
+        if self._closed:
+            raise ValueError(
+                f"{name} called on a closed audit: close() has run; to go on, audit the pool "
+                "again with kvstress.audit(pool)"
+            )
 
     def _lease_of(self, block: object) -> Lease:
         if isinstance(block, AuditedBlock) and block._audit is self:
