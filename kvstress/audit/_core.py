@@ -61,7 +61,7 @@ class AuditCore:
         if inner is None:
             with ledger.lock:
                 ledger.end(op, "info", None)
-                quiet = self._quiet.due()
+                quiet = None if ledger.in_flight else self._quiet.due()
             if quiet is not None:
                 self._quiet.run(quiet)
             return None
@@ -71,7 +71,7 @@ class AuditCore:
         with ledger.lock:
             lease, clash, previous = ledger.take(block_id, inner, holder, stack)
             ledger.end(op, "ok", block_id)
-            quiet = self._quiet.due()
+            quiet = None if ledger.in_flight else self._quiet.due()
         if clash is not None:
             raise self.violation(
                 "shared-block",
@@ -125,7 +125,7 @@ class AuditCore:
                 lease.zero_at_release = is_zero(lease.view)
             if lease.refs == 0 and lease.releasing == 0:
                 lease.view = None  # a tiered pool may now give the memory back
-            quiet = self._quiet.due()
+            quiet = None if ledger.in_flight else self._quiet.due()
         if problem is not None:
             raise self.violation(*problem)
         if quiet is not None:
@@ -199,16 +199,17 @@ class AuditCore:
         raise self._stale(lease, holder, name)
 
     def _end_use(self, lease: Lease, op: Op, name: str) -> None:
-        holder = self._holder()
-        with self._ledger.lock:
-            self._ledger.end(op, "ok")
+        holder = op[1]  # who called: recorded as the call began
+        ledger = self._ledger
+        with ledger.lock:
+            ledger.end(op, "ok")
             ended = lease.refs <= 0
             if not ended and name == "retain":
                 lease.refs += 1
                 lease.sharers += (holder,)
             elif not ended:
                 lease.marked = True
-            quiet = self._quiet.due()
+            quiet = None if ledger.in_flight else self._quiet.due()
         if ended:
             raise self.violation(
                 "illegal-transition",
