@@ -50,7 +50,8 @@ class AuditCore:
     # -- acquire --------------------------------------------------------------------------------
 
     def _begin_acquire(self, timeout: Any) -> tuple[Op, str]:
-        self.check_open("acquire")
+        if self._closed:
+            self.check_open("acquire")
         holder = self._holder()
         with self._ledger.lock:
             return self._ledger.begin(holder, "acquire", {"timeout": timeout}), holder
@@ -98,7 +99,8 @@ class AuditCore:
     def _begin_release(self, block: object, name: str = "release") -> tuple[Lease, Op]:
         """Give up the reference (a holder gives it up when it *calls* release); refuse a stale
         handle before the pool sees it, so the block's next holder is never touched."""
-        self.check_open(name)
+        if self._closed:
+            self.check_open(name)
         lease = self._lease_of(block)
         holder = self._holder()
         with self._ledger.lock:
@@ -188,7 +190,8 @@ class AuditCore:
 
     def _begin_use(self, block: object, name: str) -> tuple[Lease, Op]:
         """Before retain or mark_in_use: the handle must hold a reference."""
-        self.check_open(name)
+        if self._closed:
+            self.check_open(name)
         lease = self._lease_of(block)
         holder = self._holder()
         with self._ledger.lock:
@@ -223,7 +226,8 @@ class AuditCore:
 
     def check_open(self, name: str) -> None:
         """Refuse a protocol call once ``close()`` has run: the audit's verdict is given, and a
-        call the audit no longer checks must not pass for an audited one."""
+        call the audit no longer checks must not pass for an audited one. The hot paths test
+        ``self._closed`` before calling this, to spare a call per operation."""
         if self._closed:
             raise ValueError(
                 f"{name} called on a closed audit: close() has run; to go on, audit the pool "

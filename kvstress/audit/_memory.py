@@ -38,7 +38,12 @@ def view_of(inner: Any) -> View | None:
         return None
     try:
         if data.is_cpu and data.is_contiguous():
-            return data, *_host_bytes(data.data_ptr(), data.nbytes)
+            key = (data.data_ptr(), data.nbytes)
+            array = _ARRAYS.get(key)
+            zeros = _ZEROS.get(key[1])
+            if array is None or zeros is None:  # first time at this address: made once
+                array, zeros = _host_bytes(*key)
+            return data, array, zeros
     except Exception:  # a tensor without host memory to point at: torch reads it
         pass
     return data, None, b""
