@@ -120,7 +120,8 @@ class AuditCore:
             lease.releasing -= 1
             if returned is True:
                 lease.answered_true += 1
-            problem = self._release_answer(lease, returned)
+            if returned is not True or lease.answered_true != 1 or lease.refs:  # else: as expected
+                problem = self._release_answer(lease, returned)
             if returned is True and lease.refs == 0 and lease.block_id not in ledger.open:
                 # Under the lock and before any next lease is opened: nobody may write into the
                 # block now, so what this reads is what the pool left.
