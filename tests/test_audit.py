@@ -361,3 +361,46 @@ def test_memory_that_cannot_be_read_is_no_finding() -> None:
 def zero(data: torch.Tensor) -> bool | None:
     """What the audit's memory check says of ``data``, as a block's memory."""
     return is_zero(view_of(SimpleNamespace(data=data)))
+
+
+def test_block_raises_pool_exhausted_and_close_is_idempotent() -> None:
+    """block() on an exhausted pool raises PoolExhausted (nothing leaked); a second close() is a no-op."""
+    pool = audited(1)
+    held = take(pool)
+    with pytest.raises(kvstress.PoolExhausted), pool.block(0):
+        pass
+    pool.release(held)
+    pool.close()
+    pool.close()
+    assert pool.closed
+
+
+def test_every_protocol_call_after_close_raises_value_error() -> None:
+    """After close(), each protocol call raises ValueError naming it, and the pool is untouched."""
+    pool = audited(2)
+    held = take(pool)
+    pool.release(held)
+    pool.close()
+    calls = {
+        "acquire": lambda: pool.acquire(0),
+        "release": lambda: pool.release(held),
+        "release_many": lambda: pool.release_many([]),
+        "retain": lambda: pool.retain(held),
+        "mark_in_use": lambda: pool.mark_in_use(held),
+        "free_count": pool.free_count,
+        "free_ids": pool.free_ids,
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=rf"^{name} called on a closed audit"):
+            call()
+    with pytest.raises(ValueError, match=r"^acquire called on a closed audit"), pool.block(0):
+        pass
+    assert pool.pool.free_count() == 2
+
+
+def test_calls_after_leaving_with_by_an_exception_raise_value_error() -> None:
+    """Leaving ``with`` by an exception closes the audit too: a later acquire is refused."""
+    with contextlib.suppress(KeyError), audited() as pool:
+        raise KeyError("the caller's own error")
+    with pytest.raises(ValueError, match="acquire called on a closed audit"):
+        pool.acquire(0)

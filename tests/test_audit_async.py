@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -128,6 +129,27 @@ def test_plain_close_and_async_with_pass_on_correct_use(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_calls_after_close_raise_value_error(backend: str) -> None:
+    """After close(), acquire, release and release_many raise ValueError naming the call."""
+
+    async def body() -> None:
+        pool = audited()
+        held = await take(pool)
+        await pool.release(held)
+        pool.close()
+        with pytest.raises(ValueError, match=r"^acquire called on a closed audit"):
+            await pool.acquire(0)
+        with pytest.raises(ValueError, match=r"^release called on a closed audit"):
+            await pool.release(held)
+        with pytest.raises(ValueError, match=r"^release_many called on a closed audit"):
+            await pool.release_many([held])
+        with pytest.raises(ValueError, match=r"^mark_in_use called on a closed audit"):
+            pool.mark_in_use(held)
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_cancelled_acquire_leaves_no_false_leak(backend: str) -> None:
     """An acquire cancelled while it waits is recorded as such; close() finds nothing."""
 
@@ -210,3 +232,25 @@ def test_silent_on_correct_pools_under_tasks(name: str, factory: Callable[[], An
         pool.close()
 
     run(backend, body)
+
+
+def test_task_cancel_of_a_waiting_acquire_is_recorded_and_silent() -> None:
+    """asyncio's Task.cancel() on an acquire parked in the pool: recorded, no leak, no finding."""
+
+    async def body() -> None:
+        pool = audited(1)
+        held = await take(pool)
+        waiter = asyncio.get_running_loop().create_task(pool.acquire(None))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        await pool.release(held)
+        again = await take(pool)
+        await pool.release(again)
+        pool.close()
+        acquires = [op for op in pool.history() if op.name == "acquire"]
+        assert [op.outcome for op in acquires] == ["ok", "info", "ok"]
+        assert acquires[1].result == "CancelledError: "
+
+    run("asyncio", body)

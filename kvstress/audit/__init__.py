@@ -20,7 +20,9 @@ audit's own ledger of leases (tenancies), as the harness checks its calls:
 
 A violation raises ``kvstress.InvariantViolation`` at the faulty call, with the history (the
 last ``history`` operations) and the block table. The first one found is raised again by
-``close()``, so a violation that an ``except Exception`` swallowed still fails the test.
+``close()``, so a violation that an ``except Exception`` swallowed still fails the test. Once
+closed (by ``close()`` or by leaving ``with``), every protocol call through the audit raises
+ValueError naming the call: a call the audit no longer checks must not pass for an audited one.
 
 Use after release, exactly. Writes are seen only through memory, so what is caught is:
 

@@ -50,6 +50,8 @@ class AuditCore:
     # -- acquire --------------------------------------------------------------------------------
 
     def _begin_acquire(self, timeout: Any) -> tuple[Op, str]:
+        if self._closed:
+            self.check_open("acquire")
         holder = self._holder()
         with self._ledger.lock:
             return self._ledger.begin(holder, "acquire", {"timeout": timeout}), holder
@@ -60,7 +62,7 @@ class AuditCore:
         if inner is None:
             with ledger.lock:
                 ledger.end(op, "info", None)
-                quiet = self._quiet.due()
+                quiet = None if ledger.in_flight else self._quiet.due()
             if quiet is not None:
                 self._quiet.run(quiet)
             return None
@@ -70,7 +72,7 @@ class AuditCore:
         with ledger.lock:
             lease, clash, previous = ledger.take(block_id, inner, holder, stack)
             ledger.end(op, "ok", block_id)
-            quiet = self._quiet.due()
+            quiet = None if ledger.in_flight else self._quiet.due()
         if clash is not None:
             raise self.violation(
                 "shared-block",
@@ -97,6 +99,8 @@ class AuditCore:
     def _begin_release(self, block: object, name: str = "release") -> tuple[Lease, Op]:
         """Give up the reference (a holder gives it up when it *calls* release); refuse a stale
         handle before the pool sees it, so the block's next holder is never touched."""
+        if self._closed:
+            self.check_open(name)
         lease = self._lease_of(block)
         holder = self._holder()
         with self._ledger.lock:
@@ -116,14 +120,15 @@ class AuditCore:
             lease.releasing -= 1
             if returned is True:
                 lease.answered_true += 1
-            problem = self._release_answer(lease, returned)
+            if returned is not True or lease.answered_true != 1 or lease.refs:  # else: as expected
+                problem = self._release_answer(lease, returned)
             if returned is True and lease.refs == 0 and lease.block_id not in ledger.open:
                 # Under the lock and before any next lease is opened: nobody may write into the
                 # block now, so what this reads is what the pool left.
                 lease.zero_at_release = is_zero(lease.view)
             if lease.refs == 0 and lease.releasing == 0:
                 lease.view = None  # a tiered pool may now give the memory back
-            quiet = self._quiet.due()
+            quiet = None if ledger.in_flight else self._quiet.due()
         if problem is not None:
             raise self.violation(*problem)
         if quiet is not None:
@@ -186,6 +191,8 @@ class AuditCore:
 
     def _begin_use(self, block: object, name: str) -> tuple[Lease, Op]:
         """Before retain or mark_in_use: the handle must hold a reference."""
+        if self._closed:
+            self.check_open(name)
         lease = self._lease_of(block)
         holder = self._holder()
         with self._ledger.lock:
@@ -196,16 +203,17 @@ class AuditCore:
         raise self._stale(lease, holder, name)
 
     def _end_use(self, lease: Lease, op: Op, name: str) -> None:
-        holder = self._holder()
-        with self._ledger.lock:
-            self._ledger.end(op, "ok")
+        holder = op[1]  # who called: recorded as the call began
+        ledger = self._ledger
+        with ledger.lock:
+            ledger.end(op, "ok")
             ended = lease.refs <= 0
             if not ended and name == "retain":
                 lease.refs += 1
                 lease.sharers += (holder,)
             elif not ended:
                 lease.marked = True
-            quiet = self._quiet.due()
+            quiet = None if ledger.in_flight else self._quiet.due()
         if ended:
             raise self.violation(
                 "illegal-transition",
@@ -216,6 +224,16 @@ class AuditCore:
             self._quiet.run(quiet)
 
     # -- shared -------------------------------------------------------------------------------
+
+    def check_open(self, name: str) -> None:
+        """Refuse a protocol call once ``close()`` has run: the audit's verdict is given, and a
+        call the audit no longer checks must not pass for an audited one. The hot paths test
+        ``self._closed`` before calling this, to spare a call per operation."""
+        if self._closed:
+            raise ValueError(
+                f"{name} called on a closed audit: close() has run; to go on, audit the pool "
+                "again with kvstress.audit(pool)"
+            )
 
     def _lease_of(self, block: object) -> Lease:
         if isinstance(block, AuditedBlock) and block._audit is self:

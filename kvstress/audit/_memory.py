@@ -14,12 +14,17 @@ from kvstress.audit._ledger import Lease
 from kvstress.audit._report import holders
 
 _ZEROS: dict[int, bytes] = {}  # all-zero bytes of each block size met, to compare against
+# A ctypes array over each (address, size) met: ``.raw`` copies the memory out in one C call,
+# several times cheaper than ``ctypes.string_at`` (a foreign-function call) on small blocks.
+# The array owns nothing: it is only read while a View holds the tensor that owns the memory.
+_ARRAYS: dict[tuple[int, int], Any] = {}
+_ARRAYS_MAX = 1 << 16  # a tiered pool moves its memory: forget old addresses past this many
 
 
 # A block's memory as the audit reads it: the tensor (kept, so the memory stays allocated), and
-# for a contiguous host block its address, its size in bytes and as many zero bytes; (tensor,
-# 0, 0, b"") for any other block, which torch reads.
-View = tuple[torch.Tensor, int, int, bytes]
+# for a contiguous host block a ctypes array over its bytes and as many zero bytes; (tensor,
+# None, b"") for any other block, which torch reads.
+View = tuple[torch.Tensor, Any, bytes]
 
 
 def view_of(inner: Any) -> View | None:
@@ -33,14 +38,29 @@ def view_of(inner: Any) -> View | None:
         return None
     try:
         if data.is_cpu and data.is_contiguous():
-            size = data.nbytes
-            zeros = _ZEROS.get(size)
-            if zeros is None:
-                zeros = _ZEROS.setdefault(size, bytes(size))
-            return data, data.data_ptr(), size, zeros
+            key = (data.data_ptr(), data.nbytes)
+            array = _ARRAYS.get(key)
+            zeros = _ZEROS.get(key[1])
+            if array is None or zeros is None:  # first time at this address: made once
+                array, zeros = _host_bytes(*key)
+            return data, array, zeros
     except Exception:  # a tensor without host memory to point at: torch reads it
         pass
-    return data, 0, 0, b""
+    return data, None, b""
+
+
+def _host_bytes(address: int, size: int) -> tuple[Any, bytes]:
+    """The array over ``size`` bytes at ``address`` and ``size`` zero bytes, made once each."""
+    key = (address, size)
+    array = _ARRAYS.get(key)
+    if array is None:
+        if len(_ARRAYS) >= _ARRAYS_MAX:
+            _ARRAYS.clear()
+        array = _ARRAYS.setdefault(key, (ctypes.c_char * size).from_address(address))
+    zeros = _ZEROS.get(size)
+    if zeros is None:
+        zeros = _ZEROS.setdefault(size, bytes(size))
+    return array, zeros
 
 
 def is_zero(view: View | None) -> bool | None:
@@ -53,8 +73,8 @@ def is_zero(view: View | None) -> bool | None:
     """
     if view is None:
         return None
-    data, address, size, zeros = view
-    if size and ctypes.string_at(address, size) == zeros:
+    data, array, zeros = view
+    if array is not None and array.raw == zeros:
         return True
     try:
         return not bool(data.any())

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import inspect
+import sys
 from collections.abc import Mapping
-from types import CodeType
+from types import CodeType, FrameType
 from typing import Any
 
 from kvstress._violation import BlockRecord
@@ -21,15 +21,16 @@ def capture_stack(limit: int, skip: int) -> Stack:
     number (which Python works out from the offset each time it is asked) and the names are
     only looked up when a leak is shown. A fraction of a microsecond a frame.
     """
-    frame = inspect.currentframe()
-    for _ in range(skip + 1):
-        if frame is None:
-            return ()
-        frame = frame.f_back
+    try:
+        frame: FrameType | None = sys._getframe(skip + 1)  # CPython's public frame accessor
+    except ValueError:  # fewer than skip + 1 frames: nothing of the caller's to keep
+        return ()
     frames: list[tuple[CodeType, int]] = []
-    while frame is not None and len(frames) < limit:
-        frames.append((frame.f_code, frame.f_lasti))
+    append = frames.append
+    while frame is not None and limit:
+        append((frame.f_code, frame.f_lasti))
         frame = frame.f_back
+        limit -= 1
     return tuple(frames)
 
 

@@ -46,6 +46,7 @@ class AuditedPool(AuditCore):
     def release_many(self, blocks: Sequence[AuditedBlock]) -> list[bool]:
         """Each block released as ``release`` would, with the pool's own ``release_many`` where it
         has one (one call, so one reset for all); a stale handle refuses the whole call."""
+        self.check_open("release_many")
         many = getattr(self.pool, "release_many", None)
         if many is None:
             return [self.release(block) for block in blocks]
@@ -82,11 +83,13 @@ class AuditedPool(AuditCore):
 
     def free_count(self) -> int:
         """The pool's own counter (not audited: a read)."""
+        self.check_open("free_count")
         count: int = self.pool.free_count()
         return count
 
     def free_ids(self) -> list[int]:
         """The pool's free queue (not audited: a read)."""
+        self.check_open("free_ids")
         return list(self.pool.free_ids())
 
     @contextmanager
