@@ -31,6 +31,7 @@ from kvstress.controlled._loop import asyncio_internals_missing
 from kvstress.fuzz._slices import STRATEGIES, Finding, run_slice
 from kvstress.fuzz._target import FuzzTarget
 from kvstress.reports import versions, write_report
+from kvstress.scenarios._switches import switch_fields
 
 DEFAULT_MIX = ("pct", "contract", "delay", "machine", "random", "pct", "stress")
 ONCE = frozenset({"contract"})
@@ -309,6 +310,7 @@ def build_report(
         "replay": "",
         "program": finding.program,
         "table": finding.table,
+        **switch_fields(finding.kind, target.backend if target.is_async else None, finding.switches),
         "scenario": finding.scenario,
         "failed_op": finding.failed_op,
         "reproduction": finding.reproduction,

@@ -29,6 +29,7 @@ from kvstress.machines import PoolMachine
 from kvstress.scenarios import ScenarioConfig, search, stress
 from kvstress.scenarios._motifs import motifs
 from kvstress.scenarios._search import ScenarioFailure
+from kvstress.scenarios._switches import Switch
 from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler, Scheduler
 
 STRATEGIES = ("contract", "delay", "pct", "random", "machine", "stress")
@@ -65,6 +66,7 @@ class Finding:
     table: str | None = None
     program: str | None = None
     reproduction: dict[str, int] | None = None
+    switches: tuple[Switch, ...] | None = None  # where each worker was paused (controlled runs)
     options: dict[str, Any] = field(default_factory=dict)  # what replay needs beyond the seed
 
 
@@ -147,6 +149,7 @@ def scenario_finding(
         failed_op=failure.failed_op,
         scenario=failure.scenario.to_json(),
         table=failure.table(),
+        switches=failure.switch_points,
         options=options,
     )
 

@@ -157,12 +157,15 @@ class ScenarioOps(Scenarios):
             self.failed_op = mine[-1] if mine else None
 
 
-def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionRecord:
+def run_execution(
+    config: ScenarioConfig, scheduler: Scheduler, record: ExecutionRecord | None = None
+) -> ExecutionRecord:
     """Run one execution (``scheduler.new_execution()`` is called by the run); never raises a
     violation: it is in the record's ``failure``. Raises ``SchedulerExhausted`` when the
-    scheduler has no execution left, and what a broken scheduler raises."""
+    scheduler has no execution left, and what a broken scheduler raises. ``record`` (a fresh
+    one) lets a caller watch the run as it goes: the switch recorder reads its history."""
     _flight.execution_started()
-    record = ExecutionRecord()
+    record = ExecutionRecord() if record is None else record
     try:
         if config.is_async and config.backend == "trio":
             from kvstress.scenarios._trio import run_trio_execution
