@@ -305,6 +305,7 @@ def build_report(
         "elapsed_s": round(elapsed_s, 6),
         "history": [op.to_dict() for op in finding.history],
         "blocks": [block.to_dict() for block in finding.blocks],
+        "blocks_at": finding.blocks_at,
         "metrics": {"executions": executions, "operations": operations, "fuzz_seed": seed},
         "versions": versions(),
         "replay": "",

@@ -45,6 +45,8 @@ MACHINE_SHRINK_CAP_S = 30.0
 shrink step replays the example on a real loop or real threads, a hang at its full bound."""
 
 
+AT_THE_CHECK = "as the failing check ran (the driver reads them the moment a check fails)"
+
 _Runner = Callable[["FuzzTarget", int, float, "float | None"], "SliceResult"]
 """One strategy's slice: (target, seed, budget_s, shrink_s) -> what it ran and found."""
 
@@ -67,6 +69,7 @@ class Finding:
     program: str | None = None
     reproduction: dict[str, int] | None = None
     switches: tuple[Switch, ...] | None = None  # where each worker was paused (controlled runs)
+    blocks_at: str | None = None  # the moment ``blocks`` show
     options: dict[str, Any] = field(default_factory=dict)  # what replay needs beyond the seed
 
 
@@ -150,6 +153,7 @@ def scenario_finding(
         scenario=failure.scenario.to_json(),
         table=failure.table(),
         switches=failure.switch_points,
+        blocks_at=failure.blocks_at or None,
         options=options,
     )
 
@@ -228,6 +232,7 @@ def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | No
         blocks=failure.blocks,
         scenario=failure.scenario.to_json(),
         reproduction={"reproduced": failure.reproduced, "replays": failure.replays},
+        blocks_at="when the run ended (free-running: the other threads did not stop at the check)",
     )
     return SliceResult(result.executions, result.operations, finding)
 
@@ -397,6 +402,7 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
                 blocks=violation.blocks,
                 program=machine_program(violation),
                 options={"batches": batches},
+                blocks_at=AT_THE_CHECK,
             )
             return result
     return result
@@ -417,6 +423,7 @@ def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | 
         history=violation.history,
         blocks=violation.blocks,
         program=program,
+        blocks_at=AT_THE_CHECK,
     )
     return SliceResult(1, len(violation.history), finding)
 

@@ -43,6 +43,7 @@ class ScenarioFailure:
     history: tuple[Operation, ...]
     failed_op: int | None = None  # the operation whose check failed, when one did
     blocks: tuple[BlockRecord, ...] = ()
+    blocks_at: str = ""  # the moment ``blocks`` show
     switch_points: tuple[Switch, ...] | None = None  # where each worker was paused; None: not recorded
 
     @property
@@ -198,4 +199,6 @@ def _failure(record: ExecutionRecord, schedule: Schedule) -> ScenarioFailure:
     assert record.failure is not None
     scenario = record.scenario if record.scenario is not None else Scenario(())
     failed_op = record.ops.failed_op if record.ops is not None else None
-    return ScenarioFailure(record.failure, schedule, scenario, record.history, failed_op, record.blocks)
+    return ScenarioFailure(
+        record.failure, schedule, scenario, record.history, failed_op, record.blocks, record.blocks_at
+    )
