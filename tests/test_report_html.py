@@ -390,3 +390,54 @@ def test_a_headless_browser_renders_a_screenshot(tmp_path: Path, page: str) -> N
         [*command, "--window-size=1400,1000", (tmp_path / "report.html").as_uri()], timeout=60, check=True
     )
     assert shot.exists() and shot.stat().st_size > 0
+
+
+def wide_report() -> dict[str, Any]:
+    """A long failing run: five workers, 80 operations with long labels, the failing one last."""
+    history = []
+    for index in range(80):
+        worker = f"worker-with-a-long-name-{index % 5}"
+        args = {"timeout": 0.05, "note": "x" * (index % 40)}
+        history.append(
+            op(index, worker, "acquire", index * 1.0, index + 0.5, "info", args=args, result="cancelled")
+        )
+    return {**make_report(), "history": history, "failed_op": 79}
+
+
+@pytest.mark.skipif(_browser() is None, reason="no headless Chromium or Chrome installed")
+def test_the_failing_label_is_whole_inside_a_1400_px_window(tmp_path: Path) -> None:
+    """In Chromium at 1,400 px, the page does not scroll sideways and the failing label is wholly visible."""
+    browser = _browser()
+    assert browser is not None
+    # The page itself has no script; this copy gets one that writes its measurements into the DOM.
+    probe = (
+        "<script>const bar=document.querySelector('.bar.failed');const r=bar.getBoundingClientRect();"
+        "document.body.setAttribute('data-probe',JSON.stringify({left:r.left,right:r.right,"
+        "clipped:bar.scrollWidth>bar.clientWidth,page:document.documentElement.scrollWidth,"
+        "view:window.innerWidth}));</script>"
+    )
+    page = render_html(wide_report()).replace("</body>", probe + "</body>")
+    (tmp_path / "wide.html").write_text(page, encoding="utf-8")
+    command = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        "--dump-dom",
+    ]
+    dom = subprocess.run(
+        [*command, (tmp_path / "wide.html").as_uri()], timeout=60, check=True, capture_output=True, text=True
+    ).stdout
+    found = parse_probe(dom)
+    assert found["view"] == 1400
+    assert found["page"] <= found["view"]
+    assert 0 <= found["left"] < found["right"] <= found["view"] and not found["clipped"]
+
+
+def parse_probe(dom: str) -> dict[str, Any]:
+    """The measurements the probe script left in ``<body data-probe=...>``."""
+    import json
+
+    body = parse(dom).find("body")[0]
+    return dict(json.loads(body.attrs["data-probe"]))
