@@ -107,6 +107,7 @@ class InvariantViolation(AssertionError):
         self.message = message
         self.history = history
         self.blocks = blocks
+        self.program: str | None = None  # the state machine's steps up to it, when one found it
         super().__init__(f"[{invariant}] {message}")
 
     def with_context(
