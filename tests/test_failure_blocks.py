@@ -6,7 +6,7 @@ from kvstress.fuzz._slices import scenario_config
 from kvstress.fuzz._target import load_target
 from kvstress.harness._dump import dump_blocks
 from kvstress.harness._ledger import Ledger
-from kvstress.scenarios import search
+from kvstress.scenarios import search, stress
 from kvstress.schedulers import PCTScheduler
 
 
@@ -51,3 +51,14 @@ def test_the_dump_carries_the_ledgers_expectation_and_unseen_blocks() -> None:
     ]
     assert blocks[0].holders == ("b0", "b1") and blocks[0].refcount == 1
     assert blocks[2].state == "unseen" and blocks[2].refcount is None and blocks[2].in_free_queue is True
+
+
+def test_a_stress_failure_names_its_failing_operation() -> None:
+    """Free-running too, the report knows which operation's check failed (the page marks it)."""
+    target = load_target("kvstress.mutants:PartialResetPool", num_blocks=2, block_shape=(2, 4))
+    result = stress(scenario_config(target), seed=3, max_executions=200, budget_s=30, replays=1)
+    failure = result.failure
+    assert failure is not None and failure.violation.invariant == "dirty-read"
+    assert failure.failed_op is not None
+    failed = failure.history[failure.failed_op]
+    assert failed.name == "acquire" and failed.outcome == "ok"

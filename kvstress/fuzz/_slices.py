@@ -232,6 +232,7 @@ def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | No
         blocks=failure.blocks,
         scenario=failure.scenario.to_json(),
         reproduction={"reproduced": failure.reproduced, "replays": failure.replays},
+        failed_op=failure.failed_op,
         blocks_at="when the run ended (free-running: the other threads did not stop at the check)",
     )
     return SliceResult(result.executions, result.operations, finding)
