@@ -108,7 +108,6 @@ class InvariantViolation(AssertionError):
         self.history = history
         self.blocks = blocks
         self.program: str | None = None  # the state machine's steps up to it, when one found it
-        self.failed_op: int | None = None  # the index in ``history`` of the operation it is about
         super().__init__(f"[{invariant}] {message}")
 
     def with_context(

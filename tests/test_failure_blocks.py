@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
-
-import kvstress
-from kvstress._violation import InvariantViolation
 from kvstress.fuzz._slices import scenario_config
 from kvstress.fuzz._target import load_target
 from kvstress.harness._dump import dump_blocks
 from kvstress.harness._ledger import Ledger
-from kvstress.mutants import PartialResetPool
 from kvstress.scenarios import search, stress
 from kvstress.schedulers import PCTScheduler
 
@@ -69,15 +62,3 @@ def test_a_stress_failure_names_its_failing_operation() -> None:
     assert failure.failed_op is not None
     failed = failure.history[failure.failed_op]
     assert failed.name == "acquire" and failed.outcome == "ok"
-
-
-def test_a_machine_failure_names_its_failing_operation() -> None:
-    """The driver marks the operation whose check failed: here the acquire that got a dirty block."""
-    machine = kvstress.pool_machine(PartialResetPool, batches=False)
-    fast = settings(max_examples=50, derandomize=True, database=None, deadline=None, phases=[Phase.generate])
-    with pytest.raises(InvariantViolation) as info:
-        run_state_machine_as_test(machine, settings=settings(fast, report_multiple_bugs=False))
-    violation = info.value
-    assert violation.invariant == "dirty-read" and violation.failed_op is not None
-    failed = violation.history[violation.failed_op]
-    assert failed.name == "acquire" and f"block {failed.result} " in violation.message

@@ -402,7 +402,6 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
                 history=violation.history,
                 blocks=violation.blocks,
                 program=machine_program(violation),
-                failed_op=violation.failed_op,
                 options={"batches": batches},
                 blocks_at=AT_THE_CHECK,
             )

@@ -17,7 +17,7 @@ import torch
 
 from kvstress import checkers
 from kvstress._checks import check_block_shape, check_dtype, check_num_blocks
-from kvstress._violation import BlockRecord, InvariantViolation, Operation
+from kvstress._violation import BlockRecord, InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.harness._cpu import watch_gc
 from kvstress.harness._dump import dump_blocks
@@ -239,11 +239,9 @@ class PoolDriver(Scenarios):
 
     def _with_context(self, violation: InvariantViolation) -> InvariantViolation:
         self.failed = True
-        if not violation.history:
-            violation = violation.with_context(self.history.snapshot(), self.dump())
-        if violation.failed_op is None:
-            violation.failed_op = failing_op(violation.history)
-        return violation
+        if violation.history:
+            return violation
+        return violation.with_context(self.history.snapshot(), self.dump())
 
     def dump(self) -> tuple[BlockRecord, ...]:
         """Every block as seen through the protocol and the ledger (bounded: never hangs)."""
@@ -268,14 +266,3 @@ class PoolDriver(Scenarios):
                 f"{name} built a pool of {pool.num_blocks} blocks, asked for {self.num_blocks}"
             )
         return pool
-
-
-def failing_op(history: Sequence[Operation]) -> int | None:
-    """The operation a violation is about: one still in flight (a hang), else the one that ended
-    last (every operation checks its result after it ends, and the driver stops at the first
-    violation)."""
-    pending = [op.index for op in history if op.end is None]
-    if pending:
-        return pending[-1]
-    ended = max(history, key=lambda op: op.end or 0.0, default=None)
-    return None if ended is None else ended.index
