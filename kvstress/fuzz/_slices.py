@@ -401,7 +401,7 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
                 "machine",
                 history=violation.history,
                 blocks=violation.blocks,
-                program=machine_program(violation),
+                program=machine_program(violation) or violation.program,
                 options={"batches": batches},
                 blocks_at=AT_THE_CHECK,
             )
