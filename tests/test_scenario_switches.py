@@ -85,3 +85,10 @@ def test_reports_without_switch_points_say_why() -> None:
     assert "state machine" in switch_fields("machine", None, None)["switches_note"]
     found = switch_fields("scenario", None, (Switch("b0", "b1", None, None, "p.py", 3, "x = 1"),))
     assert found["switches_note"] is None and found["switches"][0]["line"] == 3
+
+
+def test_the_harness_thread_is_named_as_such() -> None:
+    """Hand-overs to thread 0 (which starts the workers) name it the harness, not a bare 'main'."""
+    _, failure = _failure_of("kvstress.mutants:ResetAfterOfferPool")
+    names = {s.to for s in failure.switch_points} | {s.worker for s in failure.switch_points}  # type: ignore[attr-defined]
+    assert "main" not in names and "the harness" in names

@@ -82,6 +82,9 @@ class Switch:
         )
 
 
+HARNESS = "the harness"
+"""How controlled thread 0 (``run_threads``'s main: it starts the workers, then drains) reads."""
+
 Lookup = Callable[[int], tuple[str, list[FrameType]]]
 """A task id -> its worker's name and its frames, innermost first (empty: none to read)."""
 
@@ -150,9 +153,10 @@ def _lookup() -> Lookup | None:
 
         def thread(tid: int) -> tuple[str, list[FrameType]]:
             # next_task runs on the thread being paused: its own stack is the one to read.
+            name = HARNESS if tid == 0 else threads[tid].name if tid in threads else f"thread {tid}"
             if me is None or me.tid != tid:
-                return (threads[tid].name if tid in threads else str(tid)), []
-            return me.name, _outwards(sys._getframe(1))
+                return name, []
+            return name, _outwards(sys._getframe(1))
 
         return thread
     try:
