@@ -75,6 +75,8 @@ class BlockRecord:
     refcount: int | None
     holders: tuple[str, ...]
     in_free_queue: bool | None
+    expected_state: str | None = None  # from the harness's ledger: FREE, ACQUIRED or IN_USE
+    expected_refcount: int | None = None  # references the ledger says are held
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form."""
@@ -84,6 +86,8 @@ class BlockRecord:
             "refcount": self.refcount,
             "holders": list(self.holders),
             "in_free_queue": self.in_free_queue,
+            "expected_state": self.expected_state,
+            "expected_refcount": self.expected_refcount,
         }
 
 
@@ -103,6 +107,7 @@ class InvariantViolation(AssertionError):
         self.message = message
         self.history = history
         self.blocks = blocks
+        self.program: str | None = None  # the state machine's steps up to it, when one found it
         super().__init__(f"[{invariant}] {message}")
 
     def with_context(

@@ -33,8 +33,36 @@ def test_the_failing_operation_is_marked_and_what_followed_is_cut() -> None:
     assert "acquire(0.2) ..." in text
 
 
-def test_long_cells_are_cut_to_the_column() -> None:
-    """A cell longer than the column ends in ~ instead of breaking the layout."""
-    history = [Operation(0, "b0", "check", {}, 0.0, 0.1, "ok", {"free_ids": list(range(40))})]
-    line = interleaving_table(history, ["b0"]).splitlines()[2]
-    assert line.endswith("~ |") and len(line) == 4 + 30
+def test_long_cells_wrap_inside_their_column_and_nothing_is_cut() -> None:
+    """A cell longer than the column goes on over more lines of its row, every character kept."""
+    history = [
+        Operation(0, "b0", "check", {}, 0.0, 0.1, "ok", {"free_ids": list(range(40))}),
+        Operation(1, "b1", "acquire", {"timeout": 0.05}, 0.05, 0.2, "info", "cancelled (in flight)"),
+    ]
+    lines = interleaving_table(history, ["b0", "b1"]).splitlines()
+    assert {len(line) for line in lines} == {len(lines[0])}  # every line keeps the columns aligned
+    b0 = "".join(line.split("|")[1].strip() + " " for line in lines[2:]).split()
+    assert " ".join(b0).replace("| ", "").startswith("check() -> {'free_ids': [0, 1, 2,")
+    assert "39]}" in " ".join(b0)
+    b1 = " ".join(line.split("|")[2].strip() for line in lines[2:] if line.split("|")[2].strip() != "|")
+    assert "acquire(0.05) -> cancelled (in flight) (info)" in " ".join(b1.split())
+    assert not any("~" in line for line in lines)
+
+
+def test_switch_points_are_listed_under_the_table() -> None:
+    """Given switch points, the table ends with them numbered, in order."""
+
+    class Point:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+        def describe(self) -> str:
+            return self.text
+
+    history = [Operation(0, "b0", "acquire", {"timeout": 0.0}, 0.0, 0.1, "ok", 0)]
+    text = interleaving_table(history, ["b0"], switches=[Point("first"), Point("second")])
+    assert text.splitlines()[-3:] == [
+        "switch points (where each worker was paused when another ran):",
+        "  1. first",
+        "  2. second",
+    ]

@@ -58,6 +58,8 @@ def _summary(report: dict[str, object]) -> None:
     if isinstance(table, str) and table:
         print("interleaving:")
         print(table)
+    if not report.get("switches") and report.get("switches_note"):
+        print(f"switch points: {report['switches_note']}")
     program = report.get("program")
     if isinstance(program, str) and program:
         print("program:")

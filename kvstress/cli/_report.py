@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     for extra in ("table", "program"):
         if report.get(extra):
             print(f"{extra}:\n{report[extra]}")
+    if not report.get("switches") and report.get("switches_note"):
+        print(f"switch points: {report['switches_note']}")
     if report.get("schedule"):
         print(f"schedule: {report['schedule']}")
     print(f"replay: {report['replay']}")

@@ -222,6 +222,11 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self.decisions += 1
         return lane
 
+    def task_of_lane(self, lane: int | None) -> asyncio.Task[Any] | None:
+        """The live task running in ``lane`` (a ``next_task`` id), or None (plain callbacks, or done)."""
+        found = next((task for task, number in self._lanes.items() if number == lane), None)
+        return found if isinstance(found, asyncio.Task) else None
+
     def _lane_of(self, handle: asyncio.Handle) -> int:
         # A task's steps and wake-ups are its bound methods; anything else is a plain callback.
         owner = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]

@@ -32,6 +32,7 @@ from kvstress.controlled._loop import asyncio_internals_missing
 from kvstress.fuzz._slices import STRATEGIES, Finding, run_slice
 from kvstress.fuzz._target import FuzzTarget
 from kvstress.reports import versions, write_report
+from kvstress.scenarios._switches import switch_fields
 
 DEFAULT_MIX = ("pct", "contract", "delay", "machine", "random", "pct", "stress")
 ONCE = frozenset({"contract"})
@@ -301,11 +302,13 @@ def build_report(
         "elapsed_s": round(elapsed_s, 6),
         "history": [op.to_dict() for op in finding.history],
         "blocks": [block.to_dict() for block in finding.blocks],
+        "blocks_at": finding.blocks_at,
         "metrics": {"executions": executions, "operations": operations, "fuzz_seed": seed},
         "versions": versions(),
         "replay": "",
         "program": finding.program,
         "table": finding.table,
+        **switch_fields(finding.kind, target.backend if target.is_async else None, finding.switches),
         "scenario": finding.scenario,
         "failed_op": finding.failed_op,
         "reproduction": finding.reproduction,

@@ -29,6 +29,7 @@ from kvstress.machines import PoolMachine
 from kvstress.scenarios import ScenarioConfig, search, stress
 from kvstress.scenarios._motifs import motifs
 from kvstress.scenarios._search import ScenarioFailure
+from kvstress.scenarios._switches import Switch
 from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler, Scheduler
 
 STRATEGIES = ("contract", "delay", "pct", "random", "machine", "stress")
@@ -43,6 +44,8 @@ MACHINE_SHRINK_CAP_S = 30.0
 """The most wall seconds shrinking one machine finding may take, whatever budget is left: each
 shrink step replays the example on a real loop or real threads, a hang at its full bound."""
 
+
+AT_THE_CHECK = "as the failing check ran (the driver reads them the moment a check fails)"
 
 _Runner = Callable[["FuzzTarget", int, float, "float | None"], "SliceResult"]
 """One strategy's slice: (target, seed, budget_s, shrink_s) -> what it ran and found."""
@@ -65,6 +68,8 @@ class Finding:
     table: str | None = None
     program: str | None = None
     reproduction: dict[str, int] | None = None
+    switches: tuple[Switch, ...] | None = None  # where each worker was paused (controlled runs)
+    blocks_at: str | None = None  # the moment ``blocks`` show
     options: dict[str, Any] = field(default_factory=dict)  # what replay needs beyond the seed
 
 
@@ -147,6 +152,8 @@ def scenario_finding(
         failed_op=failure.failed_op,
         scenario=failure.scenario.to_json(),
         table=failure.table(),
+        switches=failure.switch_points,
+        blocks_at=failure.blocks_at or None,
         options=options,
     )
 
@@ -225,6 +232,8 @@ def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | No
         blocks=failure.blocks,
         scenario=failure.scenario.to_json(),
         reproduction={"reproduced": failure.reproduced, "replays": failure.replays},
+        failed_op=failure.failed_op,
+        blocks_at="when the run ended (free-running: the other threads did not stop at the check)",
     )
     return SliceResult(result.executions, result.operations, finding)
 
@@ -392,8 +401,9 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
                 "machine",
                 history=violation.history,
                 blocks=violation.blocks,
-                program=machine_program(violation),
+                program=machine_program(violation) or violation.program,
                 options={"batches": batches},
+                blocks_at=AT_THE_CHECK,
             )
             return result
     return result
@@ -414,6 +424,7 @@ def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | 
         history=violation.history,
         blocks=violation.blocks,
         program=program,
+        blocks_at=AT_THE_CHECK,
     )
     return SliceResult(1, len(violation.history), finding)
 

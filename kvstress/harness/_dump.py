@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kvstress._violation import BlockRecord
-from kvstress.harness._ledger import Ledger
+from kvstress.harness._ledger import Ledger, Tenancy
 from kvstress.harness._runner import run_on_a_thread
 from kvstress.pool._state import BlockState
 
@@ -18,7 +18,8 @@ T = TypeVar("T")
 
 
 def dump_blocks(pool: Any, num_blocks: int, ledger: Ledger) -> tuple[BlockRecord, ...]:
-    """Every block: state and refcount through the last handle seen, holders, queued or not."""
+    """Every block: state and refcount through the last handle seen, holders, queued or not,
+    and the state and refcount the ledger expects."""
     queued = _bounded(lambda: set(pool.free_ids()), 1.0)
     records = []
     for block_id in range(num_blocks):
@@ -29,6 +30,7 @@ def dump_blocks(pool: Any, num_blocks: int, ledger: Ledger) -> tuple[BlockRecord
             if raw is not None:
                 state = _state_name(raw[0])
                 refcount = raw[1] if isinstance(raw[1], int) else None
+        tenancy = ledger.open.get(block_id)
         records.append(
             BlockRecord(
                 block_id,
@@ -36,9 +38,18 @@ def dump_blocks(pool: Any, num_blocks: int, ledger: Ledger) -> tuple[BlockRecord
                 refcount,
                 ledger.holders_of(block_id),
                 None if queued is None else block_id in queued,
+                _expected_state(tenancy),
+                0 if tenancy is None else tenancy.total_refs,
             )
         )
     return tuple(records)
+
+
+def _expected_state(tenancy: Tenancy | None) -> str:
+    """What the ledger says the block should be: FREE, ACQUIRED, or IN_USE once marked."""
+    if tenancy is None:
+        return BlockState.FREE.name
+    return (BlockState.IN_USE if tenancy.marked else BlockState.ACQUIRED).name
 
 
 def _state_name(raw: object) -> str:

@@ -20,6 +20,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.harness._driver import PoolDriver
+from kvstress.machines._program import MachineTestCase, ProgramRecorder, recorded
 from kvstress.machines._strategies import batches, holders, timeouts
 
 
@@ -62,10 +63,12 @@ class PoolMachine(RuleBasedStateMachine):
 
     blocks = Bundle("blocks")
     retired = Bundle("retired")
+    TestCase = MachineTestCase()  # type: ignore[assignment]  # flaky: a violation with its program
 
     def __init__(self) -> None:
         super().__init__()
         self.violation: InvariantViolation | None = None
+        self.recorder = ProgramRecorder(type(self).__name__)
         o = self.options
         self.driver = PoolDriver(
             type(self).factory,
@@ -83,6 +86,7 @@ class PoolMachine(RuleBasedStateMachine):
     # then never depend on when a nondeterministic pool happened to fail.
 
     @rule(target=blocks, holder=holders, timeout=timeouts)
+    @recorded("blocks")
     def acquire(self, holder: str, timeout: float) -> Ref:
         return self._ref(holder, self._do(lambda: self.driver.acquire(holder, timeout)))
 
@@ -91,27 +95,32 @@ class PoolMachine(RuleBasedStateMachine):
     # dependence on the pool's answers).
     @precondition(lambda self: self.driver.cancels_tasks)
     @rule(target=blocks, holder=holders, timeout=timeouts, turns=st.integers(1, 3))
+    @recorded("blocks")
     def acquire_cancelled_by_task_cancel(self, holder: str, timeout: float, turns: int) -> Ref:
         return self._ref(holder, self._do(lambda: self.driver.acquire_task_cancelled(holder, timeout, turns)))
 
     @rule(ref=blocks)
+    @recorded()
     def mark_in_use(self, ref: Ref) -> None:
         tenancy = self._tenancy(ref)
         if tenancy is not None and not tenancy.marked:
             self._do(lambda: self.driver.mark_in_use(ref.holder, ref.block))
 
     @rule(ref=blocks)
+    @recorded()
     def write_canary(self, ref: Ref) -> None:
         tenancy = self._tenancy(ref)
         if tenancy is not None and tenancy.marked:
             self._do(lambda: self.driver.write_canary(ref.holder, ref.block))
 
     @rule(ref=blocks)
+    @recorded()
     def verify_canary(self, ref: Ref) -> None:
         if self._tenancy(ref) is not None:
             self._do(lambda: self.driver.verify_canary(ref.holder, ref.block))
 
     @rule(target=blocks, ref=blocks, to=holders)
+    @recorded("blocks")
     def share(self, ref: Ref, to: str) -> Ref:
         if self._tenancy(ref) is None:
             return Ref(to, -1, NO_BLOCK_TENANCY)
@@ -119,6 +128,7 @@ class PoolMachine(RuleBasedStateMachine):
         return Ref(to, ref.block, ref.tenancy)
 
     @rule(target=retired, ref=consumes(blocks))
+    @recorded("retired")
     def release(self, ref: Ref) -> Ref:
         if self._tenancy(ref) is not None:
             self._do(lambda: self.driver.release(ref.holder, ref.block))
@@ -126,6 +136,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.driver.cancels_tasks)
     @rule(target=blocks, ref=consumes(blocks), turns=st.integers(1, 3))
+    @recorded("blocks")
     def release_cancelled_by_task_cancel(self, ref: Ref, turns: int) -> Ref:
         # The ref goes back: a release cancelled before it took effect leaves the block with its
         # holder (and a stale ref is a no-op in every rule).
@@ -134,16 +145,19 @@ class PoolMachine(RuleBasedStateMachine):
         return ref
 
     @rule(ref=retired)
+    @recorded()
     def double_release(self, ref: Ref) -> None:
         if self._unheld(ref):
             self._do(lambda: self.driver.double_release(ref.holder, ref.block))
 
     @rule(ref=retired, operation=st.sampled_from(("retain", "mark_in_use")))
+    @recorded()
     def misuse(self, ref: Ref, operation: str) -> None:
         if self._unheld(ref):
             self._do(lambda: self.driver.misuse(ref.holder, ref.block, operation))
 
     @rule(target=blocks, ref=consumes(blocks), waiter=holders, cancel=st.booleans())
+    @recorded("blocks")
     def waiter_woken_by_release(self, ref: Ref, waiter: str, cancel: bool) -> Ref:
         tenancy = self._tenancy(ref)
         exhausted = len(self.driver.ledger.open) == self.driver.num_blocks
@@ -154,6 +168,7 @@ class PoolMachine(RuleBasedStateMachine):
         )
 
     @rule(programs=batches())
+    @recorded()
     def concurrent_batch(self, programs: list[list[tuple[str, Any]]]) -> None:
         if self.options.batches:
             self._do(lambda: self.driver.run_batch(programs))
@@ -161,6 +176,7 @@ class PoolMachine(RuleBasedStateMachine):
     # -- checks --------------------------------------------------------------------------------
 
     @invariant()
+    @recorded()
     def pool_is_consistent(self) -> None:
         self._do(self.driver.check_quiet)
 
@@ -170,6 +186,7 @@ class PoolMachine(RuleBasedStateMachine):
         finally:
             self.driver.close()
         if self.violation is not None:
+            self.violation.program = self.recorder.program()
             raise self.violation
 
     def _do(self, step: Callable[[], Any]) -> Any:

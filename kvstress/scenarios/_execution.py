@@ -88,6 +88,7 @@ class ExecutionRecord:
     ops: ScenarioOps | None = None
     failure: InvariantViolation | None = None
     blocks: tuple[BlockRecord, ...] = ()  # dumped when the execution failed
+    blocks_at: str = ""  # the moment ``blocks`` show, for a reader
 
     @property
     def history(self) -> tuple[Operation, ...]:
@@ -124,6 +125,7 @@ class ScenarioOps(Scenarios):
         self.backoff_bound = self.timing.backoff_bound_of(pool)
 
     failed_op: int | None = None  # the operation whose check failed, when one did
+    failed_blocks: tuple[BlockRecord, ...] | None = None  # the blocks as that check failed
 
     async def run_program(self, holder: str, program: Sequence[tuple[str, Any]]) -> None:
         """``Scenarios.run_program``, noting which operation a failing check was about."""
@@ -155,14 +157,21 @@ class ScenarioOps(Scenarios):
         if self.failed_op is None:
             mine = [op.index for op in self.history.snapshot() if op.worker == worker]
             self.failed_op = mine[-1] if mine else None
+        if self.virtual_time and self.failed_blocks is None:
+            # Under a scheduler every other worker is paused right now: this is the state the
+            # check saw. Once the run unwinds (cancelled releases taken back), it is not.
+            self.failed_blocks = dump_blocks(self.pool, self.num_blocks, self.ledger)
 
 
-def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionRecord:
+def run_execution(
+    config: ScenarioConfig, scheduler: Scheduler, record: ExecutionRecord | None = None
+) -> ExecutionRecord:
     """Run one execution (``scheduler.new_execution()`` is called by the run); never raises a
     violation: it is in the record's ``failure``. Raises ``SchedulerExhausted`` when the
-    scheduler has no execution left, and what a broken scheduler raises."""
+    scheduler has no execution left, and what a broken scheduler raises. ``record`` (a fresh
+    one) lets a caller watch the run as it goes: the switch recorder reads its history."""
     _flight.execution_started()
-    record = ExecutionRecord()
+    record = ExecutionRecord() if record is None else record
     try:
         if config.is_async and config.backend == "trio":
             from kvstress.scenarios._trio import run_trio_execution
@@ -197,8 +206,19 @@ def run_execution(config: ScenarioConfig, scheduler: Scheduler) -> ExecutionReco
     if record.failure is None and record.ops is not None:
         record.failure = check_run(config, record.ops)
     if record.failure is not None and record.ops is not None:
-        record.blocks = dump_blocks(record.ops.pool, config.num_blocks, record.ops.ledger)
+        record.blocks, record.blocks_at = blocks_of_failure(config, record.ops)
     return record
+
+
+def blocks_of_failure(config: ScenarioConfig, ops: ScenarioOps) -> tuple[tuple[BlockRecord, ...], str]:
+    """The blocks as the failing check saw them (or at the end, for a failure of the whole run),
+    and a phrase saying which moment that is."""
+    if ops.failed_blocks is None:
+        return dump_blocks(ops.pool, config.num_blocks, ops.ledger), "when the run ended"
+    history = ops.history.snapshot()
+    failed = ops.failed_op
+    what = history[failed].describe() if failed is not None and 0 <= failed < len(history) else "an operation"
+    return ops.failed_blocks, f"as the check failed ({what}, operation #{failed}), the other workers paused"
 
 
 def _thread_main(config: ScenarioConfig, record: ExecutionRecord) -> None:

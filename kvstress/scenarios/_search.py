@@ -9,6 +9,7 @@ survives without it. The result replays exactly with ``replay`` (or ``ReplaySche
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.controlled import SchedulerExhausted
 from kvstress.scenarios._execution import ExecutionRecord, ScenarioConfig, run_execution
 from kvstress.scenarios._programs import Scenario
+from kvstress.scenarios._switches import Switch, record_switches
 from kvstress.scenarios._table import interleaving_table
 from kvstress.schedulers import (
     RANDOM_DRAW,
@@ -41,6 +43,8 @@ class ScenarioFailure:
     history: tuple[Operation, ...]
     failed_op: int | None = None  # the operation whose check failed, when one did
     blocks: tuple[BlockRecord, ...] = ()
+    blocks_at: str = ""  # the moment ``blocks`` show
+    switch_points: tuple[Switch, ...] | None = None  # where each worker was paused; None: not recorded
 
     @property
     def switches(self) -> int:
@@ -50,7 +54,7 @@ class ScenarioFailure:
 
     def table(self) -> str:
         """The interleaving, one column per worker (see ``interleaving_table``)."""
-        return interleaving_table(self.history, self.scenario.workers, self.failed_op)
+        return interleaving_table(self.history, self.scenario.workers, self.failed_op, self.switch_points)
 
     def describe(self) -> str:
         """The violation, the programs, the interleaving table and the replay string."""
@@ -114,6 +118,7 @@ def search(
             failure = _failure(record, scheduler.schedule())
             if shrink:
                 failure = shrink_failure(config, failure)
+            failure = with_switch_points(config, failure)
             return SearchResult(done, False, elapsed, failure, operations)
     return SearchResult(done, False, time.monotonic() - start, operations=operations)
 
@@ -131,6 +136,14 @@ def replay(config: ScenarioConfig, schedule: Schedule | str) -> ScenarioFailure 
             f"{len(scheduler.replayed.choices)} choices: it was recorded from another program"
         )
     return None if record.failure is None else _failure(record, scheduler.schedule())
+
+
+def with_switch_points(config: ScenarioConfig, failure: ScenarioFailure) -> ScenarioFailure:
+    """``failure`` with its switch points, from one more exact replay of its schedule under the
+    recorder (trio runs have none: see ``unavailable``)."""
+    if config.is_async and config.backend == "trio":
+        return failure
+    return dataclasses.replace(failure, switch_points=record_switches(config, failure.schedule))
 
 
 def shrink_failure(
@@ -186,4 +199,6 @@ def _failure(record: ExecutionRecord, schedule: Schedule) -> ScenarioFailure:
     assert record.failure is not None
     scenario = record.scenario if record.scenario is not None else Scenario(())
     failed_op = record.ops.failed_op if record.ops is not None else None
-    return ScenarioFailure(record.failure, schedule, scenario, record.history, failed_op, record.blocks)
+    return ScenarioFailure(
+        record.failure, schedule, scenario, record.history, failed_op, record.blocks, record.blocks_at
+    )

@@ -15,6 +15,7 @@ will look in CI.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import sys
 import threading
@@ -58,6 +59,7 @@ class StressFailure:
     reproduced: int
     replays: int
     blocks: tuple[BlockRecord, ...] = ()
+    failed_op: int | None = None  # the operation whose check failed, when one did
 
     @property
     def reproduction_rate(self) -> float:
@@ -125,6 +127,8 @@ def stress(
             failure = StressFailure(
                 record.failure, run_seed, record.scenario, record.history, again, ran, record.blocks
             )
+            if record.ops is not None:
+                failure = dataclasses.replace(failure, failed_op=record.ops.failed_op)
             return StressResult(done, elapsed, failure, operations)
         operations += len(record.history)
     return StressResult(done, time.monotonic() - start, operations=operations)

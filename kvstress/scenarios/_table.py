@@ -3,25 +3,39 @@
 Each row is one operation, written in its worker's column when it returned (or, for one that
 never did, where it began), so reading down the table is reading the interleaving. A result
 that came back while other operations of other workers were in flight is how a race looks:
-the ``|`` marks in the other columns show which were.
+the ``|`` marks in the other columns show which were. A cell longer than its column wraps onto
+more lines of the same row: nothing is cut.
+
+With the failing run's switch points (``Switch``), the table ends with where each worker was
+paused at every hand-over, in the order they happened.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
+from typing import Protocol
 
 from kvstress._violation import Operation
 
 _CELL = 30  # characters per column
 
 
+class _Described(Protocol):
+    def describe(self) -> str: ...
+
+
 def interleaving_table(
-    history: Sequence[Operation], workers: Sequence[str], failed: int | None = None
+    history: Sequence[Operation],
+    workers: Sequence[str],
+    failed: int | None = None,
+    switches: Sequence[_Described] | None = None,
 ) -> str:
     """The table (see the module docstring); the harness's own operations get a last column.
 
     ``failed`` is the index of the operation whose check failed: it is marked, and what the run
     did after it (unwinding) is left out; operations still in flight then show as ``...``.
+    ``switches`` (the failing run's hand-overs, in order) are listed under the table.
     """
     if failed is not None and 0 <= failed < len(history):
         history = _cut(history, failed)
@@ -31,13 +45,19 @@ def interleaving_table(
         (op for op in history if op.worker in index),
         key=lambda op: op.end if op.end is not None else op.start,
     )
-    lines = [_row(columns), _row(["-" * _CELL] * len(columns))]
+    lines = _row(columns) + _row(["-" * _CELL] * len(columns))
     for op in events:
         at = op.end if op.end is not None else op.start
         in_flight = _columns_ops(history, columns, at)
         cells = ["|" if other.worker != op.worker and _in_flight(other, at) else "" for other in in_flight]
-        cells[index[op.worker]] = _cell(op)
-        lines.append(_row(cells) + ("  <- failed here" if op.index == failed else ""))
+        cells[index[op.worker]] = cell_text(op)
+        row = _row(cells)
+        if op.index == failed:
+            row[-1] += "  <- failed here"
+        lines += row
+    if switches:
+        lines.append("switch points (where each worker was paused when another ran):")
+        lines += [f"  {n}. {switch.describe()}" for n, switch in enumerate(switches, 1)]
     return "\n".join(lines)
 
 
@@ -67,23 +87,34 @@ def _in_flight(op: Operation, at: float) -> bool:
     return op is not _IDLE and op.start < at and (op.end is None or op.end > at)
 
 
-def _cell(op: Operation) -> str:
+def call_text(op: Operation) -> str:
+    """The call alone: ``release(1)``, ``acquire(0.05)`` (the canary written is left out)."""
     args = ", ".join(
         f"{v:g}" if isinstance(v, float) else str(v) for k, v in op.args.items() if k != "canary"
     )
+    return f"{op.name}({args})"
+
+
+def cell_text(op: Operation) -> str:
+    """The call and what came of it: ``acquire(0.05) -> 1``, ``release(1) ...``, ``check() raised``."""
     shown = {
         "ok": "" if op.result is None else f" -> {op.result}",
         "info": f" -> {op.result} (info)",
         "pending": " ...",
+        "raised": " raised",
     }
-    text = f"{op.name}({args}){shown.get(op.outcome, ' ' + op.outcome)}"
-    if op.outcome == "raised":
-        text = f"{op.name}({args}) raised"
-    return text if len(text) <= _CELL else text[: _CELL - 1] + "~"
+    return call_text(op) + shown.get(op.outcome, " " + op.outcome)
 
 
-def _row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(f"{cell:<{_CELL}}" for cell in cells) + " |"
+def _row(cells: Sequence[str]) -> list[str]:
+    """One row as one or more lines: each cell wrapped to the column, none cut."""
+    wrapped = [textwrap.wrap(cell, _CELL, break_on_hyphens=False) or [""] for cell in cells]
+    height = max((len(lines) for lines in wrapped), default=1)
+    lines = []
+    for n in range(height):
+        parts = [part[n] if n < len(part) else ("|" if part == ["|"] else "") for part in wrapped]
+        lines.append("| " + " | ".join(f"{p:<{_CELL}}" for p in parts) + " |")
+    return lines
 
 
 _IDLE = Operation(-1, "", "", {}, 0.0, 0.0, "ok")

@@ -1,0 +1,94 @@
+"""Switch points: where each worker was paused at every hand-over of a failing controlled run."""
+
+from __future__ import annotations
+
+import linecache
+
+import pytest
+
+from kvstress.fuzz._slices import scenario_config
+from kvstress.fuzz._target import load_target
+from kvstress.scenarios import ScenarioConfig, replay, search
+from kvstress.scenarios._switches import Switch, record_switches, switch_fields
+from kvstress.schedulers import PCTScheduler
+
+
+def _failure_of(spec: str) -> tuple[ScenarioConfig, object]:
+    target = load_target(spec, num_blocks=2, block_shape=(2, 4), backend="asyncio")
+    config = scenario_config(target)
+    result = search(config, PCTScheduler(depth=3, seed=1), max_executions=200, budget_s=30)
+    assert result.failure is not None
+    return config, result.failure
+
+
+@pytest.mark.parametrize(
+    ("spec", "module", "line"),
+    [
+        ("kvstress.mutants:ResetAfterOfferPool", "_mutants_condvar.py", "if returned:"),
+        ("kvstress.mutants:AsyncResetAfterOfferPool", "_mutants_async.py", "checkpoint()"),
+    ],
+)
+def test_the_bugs_line_is_a_switch_point(spec: str, module: str, line: str) -> None:
+    """A release that hands the block back before scrubbing it is paused at the mutant's own line."""
+    _, failure = _failure_of(spec)
+    points = failure.switch_points  # type: ignore[attr-defined]
+    assert points
+    in_release = [
+        s for s in points if s.operation and s.operation.startswith("release(") and s.file == module
+    ]
+    assert in_release and line in (in_release[-1].source or "")
+    assert f"paused at `{module}:" in failure.table()  # type: ignore[attr-defined]
+
+
+def test_recorded_source_is_the_line_at_that_file_and_number() -> None:
+    """Each located switch's source text is the file's own line, and the worker is a scenario worker."""
+    _, failure = _failure_of("kvstress.mutants:ResetAfterOfferPool")
+    for switch in failure.switch_points:  # type: ignore[attr-defined]
+        assert switch.worker in failure.scenario.workers  # type: ignore[attr-defined]
+        if switch.file is not None:
+            assert switch.source and switch.line and switch.source in _any_line(switch.file, switch.line)
+
+
+def _any_line(basename: str, line: int) -> str:
+    import kvstress.mutants._condvar_pool as a
+    import kvstress.mutants._mutants_condvar as b
+
+    for module in (a, b):
+        if module.__file__ and module.__file__.endswith(basename):
+            return linecache.getline(module.__file__, line)
+    return ""
+
+
+def test_recording_does_not_change_the_run() -> None:
+    """Recording replays the schedule exactly: same failure, same history, and it is repeatable."""
+    config, failure = _failure_of("kvstress.mutants:ResetAfterOfferPool")
+    again = replay(config, failure.schedule)  # type: ignore[attr-defined]
+    assert again is not None
+    assert again.violation.invariant == failure.violation.invariant  # type: ignore[attr-defined]
+    assert again.history == failure.history  # type: ignore[attr-defined]
+    assert record_switches(config, failure.schedule) == failure.switch_points  # type: ignore[attr-defined]
+
+
+def test_a_switch_reads_as_lincheck_does() -> None:
+    """The line names the worker, the operation, file:line and the source line."""
+    switch = Switch("b2", "b1", "release(1)", 7, "mypools.py", 57, "self._free.append(blk)")
+    assert switch.describe() == (
+        "b2 in `release(1)`, paused at `mypools.py:57`: `self._free.append(blk)`; b1 runs next"
+    )
+    assert Switch.from_dict(switch.to_dict()) == switch
+
+
+def test_reports_without_switch_points_say_why() -> None:
+    """trio, stress and machine reports carry a note instead of an empty list."""
+    assert "trio" in switch_fields("scenario", "trio", None)["switches_note"]
+    assert "free-running" in switch_fields("stress", None, None)["switches_note"]
+    assert "state machine" in switch_fields("machine", None, None)["switches_note"]
+    found = switch_fields("scenario", None, (Switch("b0", "b1", None, None, "p.py", 3, "x = 1"),))
+    assert found["switches_note"] is None and found["switches"][0]["line"] == 3
+
+
+def test_the_harness_thread_is_named_as_such() -> None:
+    """Hand-overs to thread 0 (which starts the workers) name it the harness, not a bare 'main'."""
+    _, failure = _failure_of("kvstress.mutants:ResetAfterOfferPool")
+    names = {s.to for s in failure.switch_points} | {s.worker for s in failure.switch_points}  # type: ignore[attr-defined]
+    assert "main" not in names and "the harness" in names
