@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.lowlevel
 
-from kvstress._checks import check_timeout
+from kvstress._checks import check_batch_size, check_timeout
 from kvstress._errors import PoolExhausted
 from kvstress.pool._base import PoolBase
 from kvstress.pool._block import Block
@@ -36,8 +36,10 @@ class AsyncBlockPool(PoolBase):
     """
 
     def _setup(self) -> None:
-        # Invariant: every event in _waiters is unset; a set event has been removed.
+        # Invariant: every event in _waiters is unset; a set event has been removed. The same
+        # holds for _batch_waiters, whose entries say how many blocks each waits for.
         self._waiters: deque[anyio.Event] = deque()
+        self._batch_waiters: list[tuple[int, anyio.Event]] = []
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
         """Take a FREE block (ACQUIRED, refcount 1, zeroed); wait up to ``timeout`` seconds.
@@ -93,6 +95,69 @@ class AsyncBlockPool(PoolBase):
                 core.waits.add(now - start)
                 return None
 
+    async def acquire_many(self, n: int, timeout: float | None = None) -> list[Block] | None:
+        """Take ``n`` FREE blocks at once, with no suspension between them; wait up to ``timeout``.
+
+        All or nothing: ``n`` blocks, or None (holding nothing) when they do not all come in
+        time. A waiting call holds no block and holds no other acquirer back: single acquires
+        take blocks as they free up, and it takes its ``n`` when ``n`` are free at once, which
+        wakes it. Cancel-safe as ``acquire``: a cancelled call holds nothing.
+        """
+        n = check_batch_size(n, self.num_blocks)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        core, holder = self._core, _current_task()
+        now = anyio.current_time()
+        block_ids = core.take_many(n, now, holder)
+        if block_ids is not None:
+            core.waits.add(0.0)
+            blocks = self._handed_out_many(block_ids, now)
+            try:
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            except BaseException:  # plain Task.cancel() strikes through the shield
+                self._release_all_now(blocks)
+                raise
+            return blocks
+        if timeout == 0:
+            core.timeouts += 1
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            return None
+        return await self._wait_for_many(n, now, timeout, holder)
+
+    async def _wait_for_many(
+        self, n: int, start: float, timeout: float | None, holder: object
+    ) -> list[Block] | None:
+        core = self._core
+        deadline = None if timeout is None else start + timeout
+        while True:
+            entry = (n, anyio.Event())
+            self._batch_waiters.append(entry)
+            remaining = None if deadline is None else deadline - anyio.current_time()
+            try:
+                with anyio.move_on_after(remaining):
+                    await entry[1].wait()
+            finally:  # a batch wake-up is no unit another waiter needs: nothing to pass on
+                if not entry[1].is_set():
+                    self._batch_waiters.remove(entry)
+            # No await from here on: what we take cannot be lost to a cancellation.
+            now = anyio.current_time()
+            block_ids = core.take_many(n, now, holder)
+            if block_ids is not None:
+                core.waits.add(now - start)
+                if core.free_count > 0:  # singles woken for blocks this batch took re-park
+                    self._notify(core.free_count)
+                return self._handed_out_many(block_ids, now)
+            if deadline is not None and now >= deadline:
+                core.timeouts += 1
+                core.waits.add(now - start)
+                return None
+
+    def _release_all_now(self, blocks: list[Block]) -> None:
+        """Give back a batch this call took but cannot hand over (its caller was cancelled)."""
+        for block in blocks:
+            self._release_now(block.id, block.generation)
+
     def _forget(self, waiter: anyio.Event, *, pass_on: bool) -> None:
         """Leave the queue (a woken waiter has left it already); maybe hand the wake-up on."""
         if not waiter.is_set():
@@ -104,6 +169,16 @@ class AsyncBlockPool(PoolBase):
         waiters = self._waiters
         for _ in range(min(count, len(waiters))):
             waiters.popleft().set()
+        if self._batch_waiters:
+            self._wake_batches()
+
+    def _wake_batches(self) -> None:
+        """Wake every batch waiter whose ``n`` blocks are free now (each then tries to take)."""
+        free = self._core.free_count
+        ready = [entry for entry in self._batch_waiters if entry[0] <= free]
+        for entry in ready:
+            self._batch_waiters.remove(entry)
+            entry[1].set()
 
     async def release(self, block: Block) -> bool:
         """Drop one reference; the last one resets the block and returns it to the queue.

@@ -178,6 +178,17 @@ class PoolBase:
             self._core.leaks.scan(now)
         return self._handle(block_id)
 
+    def _handed_out_many(self, block_ids: list[int], now: float) -> list[Block]:
+        """``_handed_out`` for a batch the core just handed out: one leak scan, one stream wait
+        per distinct reset event, one handle per block."""
+        core, storage = self._core, self._storage
+        if core.leaks.threshold is not None:
+            core.leaks.scan(now)
+        if storage.orders_streams:  # CUDA: the taker's stream waits for the resets
+            storage.hand_out_many(block_ids)
+        generations = core.generations
+        return [Block(core, storage, block_id, generations[block_id]) for block_id in block_ids]
+
     def _handle(self, block_id: int) -> Block:
         storage = self._storage
         if storage.orders_streams:  # CUDA: the taker's stream waits for the reset

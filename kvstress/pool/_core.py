@@ -94,6 +94,35 @@ class PoolCore:
         self.leaks.on_acquire(block_id, now, holder)
         return block_id
 
+    def take_many(self, n: int, now: float, holder: object) -> list[int] | None:
+        """Hand out ``n`` free blocks at once, each as ``take`` would; None, with nothing changed,
+        when fewer than ``n`` are free (all or nothing). The counters move once for the batch."""
+        if self.free_count < n:
+            return None
+        block_ids = self._pop_free(n)
+        state, refcount, generations = self._state, self.refcount, self.generations
+        for block_id in block_ids:
+            if state[block_id] != _FREE:
+                raise self._refused(block_id, _FREE, _ACQUIRED, "acquire_many")
+            state[block_id] = _ACQUIRED
+            refcount[block_id] = 1
+            generations[block_id] = (generations[block_id] + 1) & _GENERATION_MASK
+        self.free_count -= n
+        self.held += n
+        self.leaks.on_acquire_many(block_ids, now, holder)
+        return block_ids
+
+    def _pop_free(self, n: int) -> list[int]:
+        """The next ``n`` ids of the free queue, removed from it (at most two slices of the ring)."""
+        head, size, ring = self._head, self.num_blocks, self._ring
+        end = head + n
+        block_ids = (
+            ring[head:end].tolist() if end <= size else ring[head:].tolist() + ring[: end - size].tolist()
+        )
+        self._head = end if end < size else end - size
+        self._ring_len -= n
+        return block_ids
+
     def mark_in_use(self, block_id: int, generation: int) -> None:
         """ACQUIRED -> IN_USE, by the current tenant only."""
         if generation != self.generations[block_id]:

@@ -103,6 +103,28 @@ class LeakTracker:
             self._watch[block_id] = None
             self.tracked.add(block_id)
 
+    def on_acquire_many(self, block_ids: list[int], now: float, holder: object) -> None:
+        """``on_acquire`` for a batch: the same records and the same sampled stacks (one walk of
+        the stack serves every block of the batch that is sampled)."""
+        holder = _UNKNOWN_HOLDER if holder is None else holder
+        since, holders, tracked = self.since, self.holders, self.tracked
+        for block_id in block_ids:
+            since[block_id] = now
+            holders[block_id] = holder
+        if self._every:
+            stack = None
+            position = self._countdown - 1  # the batch's first sampled block, as one by one
+            while position < len(block_ids):
+                stack = stack or _caller_stack()
+                self._stack[block_ids[position]] = stack
+                tracked.add(block_ids[position])
+                position += self._every
+            self._countdown = position - len(block_ids) + 1
+        if self.threshold is not None:
+            for block_id in block_ids:
+                self._watch[block_id] = None
+                tracked.add(block_id)
+
     def on_release(self, block_id: int, now: float) -> None:
         """Forget the block; report it if it comes back after being reported as a leak."""
         holder = self.holders[block_id]

@@ -56,6 +56,9 @@ class BlockStorage:
     def hand_out(self, block_id: int) -> None:
         """Nothing to order on the CPU (see ``StreamOrderedStorage``)."""
 
+    def hand_out_many(self, block_ids: list[int]) -> None:
+        """Nothing to order on the CPU (see ``StreamOrderedStorage``)."""
+
     @property
     def nbytes(self) -> int:
         """Bytes of block memory in all."""
@@ -91,6 +94,19 @@ class StreamOrderedStorage(BlockStorage):
         event = self._ready.pop(block_id, None)
         if event is not None:
             torch.cuda.current_stream(self.tensor.device).wait_event(event)
+
+    def hand_out_many(self, block_ids: list[int]) -> None:
+        """``hand_out`` for a batch: one wait per distinct event (blocks reset together by one
+        ``reset_many`` share one event, so a whole table returned at once costs one wait)."""
+        events: dict[int, torch.cuda.Event] = {}
+        for block_id in block_ids:
+            event = self._ready.pop(block_id, None)
+            if event is not None:
+                events[id(event)] = event
+        if events:
+            stream = torch.cuda.current_stream(self.tensor.device)
+            for event in events.values():
+                stream.wait_event(event)
 
     def _on_stream(self, block_ids: list[int], zero: Callable[[], object]) -> None:
         stream = self._stream
