@@ -316,3 +316,28 @@ def test_asyncio_task_cancel_on_the_fast_path_gives_the_batch_back() -> None:
         assert pool.free_count() == 3 and all(info.state.name == "FREE" for info in pool.dump())
 
     asyncio.run(main())
+
+
+def test_batches_out_of_order_take_the_per_block_path_and_agree() -> None:
+    """A batch of ids that are not one ascending run (freed out of order) is handed out and
+    returned the same way, and every handle of an earlier tenancy is stale afterwards."""
+    pool = ThreadedBlockPool(6, (2,))
+    first = pool.acquire_many(6, 0)
+    assert first is not None
+    pool.release_many([first[i] for i in (4, 1, 5, 0, 3, 2)])
+    second = pool.acquire_many(4, 0)
+    assert second is not None and [b.id for b in second] == [4, 1, 5, 0]
+    assert all(b.generation > old.generation for b in second for old in first if old.id == b.id)
+    assert pool.release_many(first[:2]) == [False, False]  # stale: counted as double releases
+    assert pool.metrics()["double_release_count"] == 2
+    assert pool.release_many(second) == [True] * 4 and pool.free_count() == 6
+
+
+def test_a_run_with_a_shared_block_drops_only_that_reference() -> None:
+    """A consecutive batch whose middle block is shared returns the others and keeps that one."""
+    pool = ThreadedBlockPool(4, (2,))
+    blocks = pool.acquire_many(3, 0)
+    assert blocks is not None
+    pool.retain(blocks[1])
+    assert pool.release_many(blocks) == [True, False, True]
+    assert blocks[1].refcount == 1 and pool.free_count() == 3

@@ -209,21 +209,14 @@ class AsyncBlockPool(PoolBase):
         Completes without suspending, as ``release``. Returns, per block, True where this call
         returned it.
         """
-        unwrapped = [self._unwrap(block) for block in blocks]  # misuse raises before any change
-        now = anyio.current_time()
-        steps = [self._core.begin_release(i, g, now) for i, g in unwrapped]
-        last = []
-        for (block_id, _), step in zip(unwrapped, steps, strict=True):
-            if step is _LAST:
-                last.append(block_id)
-            elif step is _DOUBLE:
-                self._log_double_release(block_id)
+        block_ids, gens = self._unwrap_many(blocks)  # misuse raises before any change
+        steps = self._core.begin_release_many(block_ids, gens, anyio.current_time())
+        last = self._returned(block_ids, steps)
         self._storage.reset_many(last)  # strictly before the offers below
-        for block_id in last:
-            self._core.finish_release(block_id)
+        self._core.finish_release_many(last)
         self._offered(last)
         self._notify(len(last))
-        return [step is _LAST for step in steps]
+        return [True] * len(steps) if last is block_ids else [step is _LAST for step in steps]
 
     @asynccontextmanager
     async def block(self, timeout: float | None = None) -> AsyncIterator[Block]:

@@ -19,7 +19,7 @@ from kvstress._checks import (
 )
 from kvstress._log import get_logger
 from kvstress.pool._block import Block
-from kvstress.pool._core import PoolCore
+from kvstress.pool._core import PoolCore, ReleaseStep
 from kvstress.pool._leaks import LeakDetection, LeakSuspect, LeakTracker
 from kvstress.pool._state import BlockState
 from kvstress.pool._storage import BlockStorage, make_storage
@@ -202,6 +202,28 @@ class PoolBase:
         if not isinstance(block, Block) or not block.belongs_to(self._core):
             raise ValueError(f"block must be a Block handed out by this pool, got {block!r}")
         return block.id, block.generation
+
+    def _unwrap_many(self, blocks: Sequence[Block]) -> tuple[list[int], list[int]]:
+        """The ids and the generations of the blocks; raises, as ``_unwrap``, before anything
+        changes."""
+        core = self._core
+        if all(type(block) is Block and block._core is core for block in blocks):  # the hot path
+            return [block.id for block in blocks], [block.generation for block in blocks]
+        pairs = [self._unwrap(block) for block in blocks]
+        return [i for i, _ in pairs], [g for _, g in pairs]
+
+    def _returned(self, block_ids: list[int], steps: list[ReleaseStep]) -> list[int]:
+        """The blocks a batched release returned (``block_ids`` itself when it returned them
+        all); each double release is logged."""
+        if steps.count(ReleaseStep.LAST) == len(steps):
+            return block_ids
+        last = []
+        for block_id, step in zip(block_ids, steps, strict=True):
+            if step is ReleaseStep.LAST:
+                last.append(block_id)
+            elif step is ReleaseStep.DOUBLE:
+                self._log_double_release(block_id)
+        return last
 
     def _log_double_release(self, block_id: int) -> None:
         log.warning(

@@ -174,22 +174,17 @@ class ThreadedBlockPool(PoolBase):
         per block, what ``release`` would have: True where this call returned it. A block listed
         twice is released twice (the second is a double release unless it was shared).
         """
-        unwrapped = [self._unwrap(block) for block in blocks]  # misuse raises before any change
+        block_ids, gens = self._unwrap_many(blocks)  # misuse raises before any change
         with self._lock:
-            now = time.monotonic()
-            steps = [self._core.begin_release(i, g, now) for i, g in unwrapped]
-        for (block_id, _), step in zip(unwrapped, steps, strict=True):
-            if step is _DOUBLE:
-                self._log_double_release(block_id)
-        last = [block_id for (block_id, _), step in zip(unwrapped, steps, strict=True) if step is _LAST]
+            steps = self._core.begin_release_many(block_ids, gens, time.monotonic())
+        last = self._returned(block_ids, steps)
         if last:
             self._storage.reset_many(last)  # strictly before the offers below
             with self._lock:
-                for block_id in last:
-                    self._core.finish_release(block_id)
+                self._core.finish_release_many(last)
                 self._offered(last)
                 self._notify(len(last))
-        return [step is _LAST for step in steps]
+        return [True] * len(steps) if last is block_ids else [step is _LAST for step in steps]
 
     def _notify(self, count: int = 1) -> None:
         if self._waiting:  # no thread parked: nothing to wake, and Condition.notify is not free

@@ -64,6 +64,11 @@ class TieredCore(PoolCore):
         heapq.heappush(self._elastic, block_id)
         self.free_count += 1
 
+    def finish_release_many(self, block_ids: list[int]) -> None:
+        """``finish_release`` for each block: the core's to the ring, the elastic ones to the heap."""
+        for block_id in block_ids:
+            self.finish_release(block_id)
+
     def free_ids(self) -> list[int]:
         """The free queue in hand-out order: the core ring, then the elastic ids ascending."""
         return super().free_ids() + sorted(self._elastic)
