@@ -48,17 +48,21 @@ class AsyncBlockPool(PoolBase):
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        core, holder = self._core, _current_task()
-        now = anyio.current_time()
+        task = _asyncio_task()
+        holder: object
+        if task is None:  # trio: anyio's checkpoints
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            holder, now = anyio.get_current_task(), anyio.current_time()
+        else:
+            holder, now = task, task.get_loop().time()  # what anyio.current_time() reads there
+        core = self._core
         block_id = core.take(now, holder)
         if block_id >= 0:
             core.waits.add(0.0)
             block = self._handed_out(block_id, now)
             try:
-                # Yield to the loop (acquire is a schedule point), shielded: the block is ours.
-                await anyio.lowlevel.cancel_shielded_checkpoint()
-            except BaseException:  # plain Task.cancel() strikes through the shield
+                await _yield_holding(task)
+            except BaseException:  # cancelled at the yield: the block is given back first
                 self._release_now(block_id, block.generation)
                 raise
             return block
@@ -191,7 +195,7 @@ class AsyncBlockPool(PoolBase):
         return self._release_now(block_id, generation)
 
     def _release_now(self, block_id: int, generation: int) -> bool:
-        step = self._core.begin_release(block_id, generation, anyio.current_time())
+        step = self._core.begin_release(block_id, generation, _loop_time())
         if step is _LAST:
             self._storage.reset(block_id)  # strictly before the offer below
             self._core.finish_release(block_id)
@@ -237,6 +241,35 @@ class AsyncBlockPool(PoolBase):
             return anyio.current_time()
         except Exception:  # read from sync code outside the loop (a dump): asyncio's clock
             return time.monotonic()
+
+
+def _asyncio_task() -> asyncio.Task[object] | None:
+    """The running asyncio task; None where no asyncio loop runs here (trio)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
+async def _yield_holding(task: asyncio.Task[object] | None) -> None:
+    """The schedule point of an acquire that took its block. On trio, anyio's shielded
+    checkpoint. On asyncio, a bare yield: anyio delivers a cancel scope's cancellation to a task
+    parked on it by ``Task.cancel()``, as plain asyncio code would, so either way a cancellation
+    arriving here raises, and the caller gives the block back before it goes on. (anyio's
+    shielded checkpoint costs a cancel scope and two backend look-ups; the bare yield is what
+    lets the pair match an anyio Semaphore's.)"""
+    if task is None:
+        await anyio.lowlevel.cancel_shielded_checkpoint()
+    else:
+        await asyncio.sleep(0)
+
+
+def _loop_time() -> float:
+    """``anyio.current_time()``, read straight from the asyncio loop where one runs."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return anyio.current_time()
 
 
 def _current_task() -> object:
