@@ -204,6 +204,8 @@ class Scenarios(BatchOperations):
                 if block_id is not None:
                     await self.op_mark(holder, block_id)
                     await self.op_write(holder, block_id)
+            elif kind == "acquire_many" and self.has_acquire_many:
+                await self._batch_step(holder, int(arg[0]), float(arg[1]))
             elif kind == "cancel":
                 peer_scope = self._scopes.get(f"b{arg}")
                 if peer_scope is not None and peer_scope is not _NO_SCOPE:
@@ -224,6 +226,18 @@ class Scenarios(BatchOperations):
                 await self._sleep(arg)
             elif kind == "wait" and not mine:
                 await self.wait_handed(holder, arg)
+
+    async def _batch_step(self, holder: str, n: int, timeout: float) -> None:
+        """A program's acquire_many: cancellable (async) like its acquire; each block is marked
+        in use and given a fresh canary."""
+        block_ids = None  # stays so when a peer's cancel ends the call (the scope absorbs it)
+        with anyio.CancelScope() if self.is_async else _NO_SCOPE as scope:
+            self._scopes[holder] = scope
+            block_ids = await self.op_acquire_many(holder, n, timeout)
+        self._scopes.pop(holder, None)
+        for block_id in block_ids or ():
+            await self.op_mark(holder, block_id)
+            await self.op_write(holder, block_id)
 
     async def _batch_tasks(self, holders: list[str], programs: Sequence[Sequence[tuple[str, Any]]]) -> None:
         try:

@@ -177,14 +177,18 @@ def _map_acquire(op: Operation, num_blocks: int, settled: bool) -> _Mapped | str
 def _map_many(op: Operation, num_blocks: int) -> list[_Mapped] | str | None:
     """acquire_many(n): a batch it returned is n acquires, each a block's own (that they were
     taken at one instant is not modelled: sound, it only leaves some bugs to the other checks).
-    None says the pool was empty at some instant only for n == 1 (for n > 1 it says fewer than
-    n were FREE, which no one block's model can express: nothing is assumed). Cancelled, raised
-    or never returned: it may have taken up to n blocks nobody saw, each a wildcard of its own."""
+    None says the pool was empty at some instant only for n == 1. For n > 1 it says fewer than
+    n were FREE, which no one block's model can express; and a FIFO-fair pool may have kept
+    blocks for the waiting batch meanwhile, so it is n wildcards within its call (units in
+    flight that may excuse another acquire's None; taking nothing is allowed too). Cancelled,
+    raised or never returned: it may have taken up to n blocks nobody saw, n wildcards."""
     n, result = op.args.get("n"), op.result
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         return None
     if op.outcome in ("ok", "info") and result is None:
-        return [_Mapped(EMPTY_POOL, Kind.HELD, True)] if n == 1 else None
+        if n == 1:
+            return [_Mapped(EMPTY_POOL, Kind.HELD, True)]
+        return [_Mapped(ANY_BLOCK, Kind.MAYBE_ACQUIRE, True, part) for part in range(n)]
     if op.outcome == "ok":
         ids = result if isinstance(result, list) else None
         if (
