@@ -98,9 +98,11 @@ class PoolBase:
 
     def mark_in_use(self, block: Block) -> None:
         """ACQUIRED -> IN_USE: the holder starts writing K/V. Raises InvalidTransition otherwise."""
-        block_id, generation = self._unwrap(block)
+        core = self._core
+        if type(block) is not Block or block._core is not core:  # the hot path skips a call
+            self._unwrap(block)  # raises
         with self._lock:
-            self._core.mark_in_use(block_id, generation)
+            core.mark_in_use(block.id, block.generation)
 
     def retain(self, block: Block) -> None:
         """Share a held block: refcount += 1. Raises InvalidTransition on a block not held."""
