@@ -341,3 +341,21 @@ def test_a_run_with_a_shared_block_drops_only_that_reference() -> None:
     pool.retain(blocks[1])
     assert pool.release_many(blocks) == [True, False, True]
     assert blocks[1].refcount == 1 and pool.free_count() == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_already_cancelled_scope_takes_nothing(backend: str) -> None:
+    """acquire and acquire_many in a cancelled scope raise the cancellation and hold nothing
+    (on asyncio the bare yield after the take is where anyio's cancellation lands)."""
+
+    async def main() -> None:
+        pool = AsyncBlockPool(2, (2,))
+        got: list[object] = []
+        for call in (pool.acquire, lambda: pool.acquire_many(2)):
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                got.append(await call())  # type: ignore[operator]
+        assert got == [] and pool.free_count() == 2
+        assert all(info.state.name == "FREE" for info in pool.dump())
+
+    anyio.run(main, backend=backend)
