@@ -14,6 +14,7 @@ from kvstress.linearize._model import Kind, part_index, translate
 from kvstress.mutants import (
     AsyncFifoBatchPool,
     BatchShortGrantPool,
+    BatchStarvesAtExactlyNPool,
     CondvarBatchPool,
     CondvarPool,
 )
@@ -178,3 +179,15 @@ async def test_the_fifo_batch_pool_serves_in_arrival_order(anyio_backend: str) -
                 if block.refcount:
                     await pool.release(block)
     assert order == ["batch", "single"]
+
+
+def test_the_batch_probe_catches_a_batch_starving_beside_its_blocks() -> None:
+    """A batch waiter that keeps waiting while exactly its n blocks are free is a lost-wakeup."""
+    driver = PoolDriver(BatchStarvesAtExactlyNPool, num_blocks=2)
+    try:
+        held = [driver.acquire("h0", 0), driver.acquire("h0", 0)]
+        with pytest.raises(InvariantViolation) as caught:
+            driver.probe_batch_wakeup("h1", "h0", [b for b in held if b is not None])
+        assert caught.value.invariant == "lost-wakeup"
+    finally:
+        driver.close()
