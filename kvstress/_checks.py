@@ -95,6 +95,13 @@ def check_timeout(timeout: object) -> float | None:
     return float(timeout)
 
 
+def check_batch_size(n: object, num_blocks: int) -> int:
+    """A number of blocks to take at once: an int in 0..num_blocks (more could never come)."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= num_blocks:
+        raise ValueError(f"n must be an int in 0..num_blocks ({num_blocks}), got {got(n)}")
+    return n
+
+
 def check_positive_or_none(name: str, value: object) -> float | None:
     """None, or a finite number > 0 (thresholds and intervals)."""
     if value is None:

@@ -46,7 +46,15 @@ else
   skip "no CUDA device (torch.cuda.is_available() is False)"
 fi
 
-section "pool benchmarks on CUDA: pairs/s against the seed-style pool, reset bandwidth against copy"
+section "acquire_many/release_many on CUDA: one reset launch per batch, the taker's stream waits on its event"
+# Also in the CUDA tests above; run alone here so its verdict is one line in the log.
+if has_cuda; then
+  python -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda_streams.py -k "acquire_many or batch"
+else
+  skip "no CUDA device (torch.cuda.is_available() is False)"
+fi
+
+section "pool benchmarks on CUDA: pairs/s against the seed-style pool (acquire_many rows included), reset bandwidth against copy"
 if has_cuda; then
   python benchmarks/bench_pool.py --device cuda
 else

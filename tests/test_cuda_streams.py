@@ -103,3 +103,62 @@ def test_release_many_is_ordered_the_same_way() -> None:
             assert block is not None
             check_zeroed(block.id, block.data)
     torch.cuda.synchronize()
+
+
+class _NoWaitManyStorage(StreamOrderedStorage):
+    """Planted: hands a batch out without making the taker's stream wait for its reset."""
+
+    __slots__ = ()
+
+    def hand_out_many(self, block_ids: list[int]) -> None:
+        for block_id in block_ids:
+            self._ready.pop(block_id, None)
+
+
+def _batch_reuse_on_a_side_stream(pool: ThreadedBlockPool, launches: list[int]) -> None:
+    """A table of 4 blocks is freed with one release_many behind a slow reset, then taken back
+    with one acquire_many on another stream: every block must read zeros there."""
+    blocks = pool.acquire_many(4, 0)
+    assert blocks is not None
+    for block in blocks:
+        block.data.fill_(3.0)
+    stream = pool._storage._stream
+    assert stream is not None
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(SLOW_RESET_CYCLES)
+    pool.release_many(blocks)
+    launches.append(len(pool._storage._ready))
+    with torch.cuda.stream(torch.cuda.Stream()):
+        again = pool.acquire_many(4, 0)
+        assert again is not None
+        for block in again:
+            check_zeroed(block.id, block.data)
+    torch.cuda.synchronize()
+
+
+@cuda
+def test_acquire_many_waits_on_the_batch_reset_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One release_many is one reset launch and one event for the 4 blocks; the acquire_many
+    that takes them back on a side stream waits on it (every block reads zeros)."""
+    pool = ThreadedBlockPool(4, (256, 256), device="cuda")
+    on_stream = StreamOrderedStorage._on_stream
+    calls: list[list[int]] = []
+
+    def counting(self: StreamOrderedStorage, block_ids: list[int], zero: Callable[[], object]) -> None:
+        calls.append(list(block_ids))
+        on_stream(self, block_ids, zero)
+
+    monkeypatch.setattr(StreamOrderedStorage, "_on_stream", counting)
+    launches: list[int] = []
+    _batch_reuse_on_a_side_stream(pool, launches)
+    assert calls == [[0, 1, 2, 3]] and launches == [4] and pool._storage._ready == {}
+
+
+@cuda
+def test_a_batch_handed_out_without_waiting_is_caught() -> None:
+    """The planted no-wait batch hand-out lets the side stream read the old data: dirty-read."""
+    pool = ThreadedBlockPool(4, (1024, 1024), device="cuda")
+    pool._storage.__class__ = _NoWaitManyStorage
+    with pytest.raises(InvariantViolation) as caught:
+        _batch_reuse_on_a_side_stream(pool, [])
+    assert caught.value.invariant == "dirty-read"

@@ -107,3 +107,62 @@ def test_append_checks_the_token_kv_shape() -> None:
     with pytest.raises(ValueError, match=r"kv must be a tensor of shape \(2, 2, 2, 8\), got \(2, 2, 8\)"):
         table.append_token(2, torch.zeros(2, 2, 8))
     assert table.num_tokens == 1
+
+
+class _CountingPool(kvstress.ThreadedBlockPool):
+    """Our pool, counting the calls the manager makes on it."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.calls: list[str] = []
+
+    def acquire(self, timeout: float | None = None) -> kvstress.Block | None:
+        self.calls.append("acquire")
+        return super().acquire(timeout)
+
+    def acquire_many(self, n: int, timeout: float | None = None) -> list[kvstress.Block] | None:
+        self.calls.append(f"acquire_many({n})")
+        return super().acquire_many(n, timeout)
+
+    def release(self, block: kvstress.Block) -> bool:
+        self.calls.append("release")
+        return super().release(block)
+
+    def release_many(self, blocks: list[kvstress.Block]) -> list[bool]:  # type: ignore[override]
+        self.calls.append(f"release_many({len(blocks)})")
+        return super().release_many(blocks)
+
+
+def test_a_prompt_takes_its_blocks_in_one_call_and_a_free_returns_them_in_one() -> None:
+    """allocate takes a 5-token prompt's 3 blocks with one acquire_many; free, one release_many."""
+    pool = kvstress.pool_for_model(_CountingPool, CARD, 8, block_tokens=2, device="cpu")
+    m = BlockManager(pool, SHAPE, policy=PagingPolicy(queue_timeout_s=0), prefix_caching=False)  # type: ignore[arg-type]
+    kv = prompt_kv([1, 2, 3, 4, 5], TOKEN_SHAPE)
+    table = m.allocate([1, 2, 3, 4, 5], kv)
+    assert torch.equal(table.kv(), kv) and pool.calls == ["acquire_many(3)"]
+    assert all(b.state.name == "IN_USE" for b in table.blocks)  # type: ignore[attr-defined]
+    table.free()
+    assert pool.calls == ["acquire_many(3)", "release_many(3)"] and pool.free_count() == 8
+
+
+def test_a_batched_prompt_waits_for_all_its_blocks_or_takes_none() -> None:
+    """A prompt needing more blocks than are free raises PoolExhausted and holds none of them."""
+    m = manager(num_blocks=4, prefix_caching=False)
+    m.allocate([1, 2, 3], prompt_kv([1, 2, 3], TOKEN_SHAPE))
+    with pytest.raises(kvstress.PoolExhausted, match="no 3 free blocks"):
+        m.allocate([1, 2, 3, 4, 5], prompt_kv([1, 2, 3, 4, 5], TOKEN_SHAPE))
+    assert m.pool.free_count() == 2 and m.metrics()["queue_timeouts"] == 1
+
+
+def test_a_pool_without_the_batch_calls_is_served_one_block_at_a_time() -> None:
+    """A pool keeping only the basic protocol (CondvarPool) gets per-block calls, same contents."""
+    from kvstress.mutants._condvar_pool import CondvarPool
+
+    pool = kvstress.pool_for_model(CondvarPool, CARD, 8, block_tokens=2, device="cpu")
+    m = BlockManager(pool, SHAPE, policy=PagingPolicy(queue_timeout_s=0))  # type: ignore[arg-type]
+    kv = prompt_kv([1, 2, 3, 4, 5], TOKEN_SHAPE)
+    table = m.allocate([1, 2, 3, 4, 5], kv)
+    assert torch.equal(table.kv(), kv)
+    table.free()
+    m.clear_cache()
+    assert pool.free_count() == 8

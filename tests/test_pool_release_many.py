@@ -31,13 +31,14 @@ def test_release_many_resets_with_one_device_call(monkeypatch: pytest.MonkeyPatc
     pool = ThreadedBlockPool(8, (4,))
     blocks = [pool.acquire(0) for _ in range(5)]
     calls: list[list[int]] = []
-    original = BlockStorage.reset_many
+    storage_type = type(pool._storage)
+    original = storage_type.reset_many
 
     def counting(self: BlockStorage, block_ids: list[int]) -> None:
         calls.append(list(block_ids))
         original(self, block_ids)
 
-    monkeypatch.setattr(BlockStorage, "reset_many", counting)
+    monkeypatch.setattr(storage_type, "reset_many", counting)
     monkeypatch.setattr(type(pool._storage), "reset", lambda self, block_id: pytest.fail("a per-block reset"))
     pool.release_many(blocks)  # type: ignore[arg-type]
     assert calls == [[0, 1, 2, 3, 4]]

@@ -10,6 +10,12 @@ slack (and returned later still) missed a wake-up. Fair pools are allowed for (d
 "Fairness and hand-off"): a block another waiter took is not free, and a block released while other
 acquires were waiting may have been handed to one of them that then gave up (timed out or was
 cancelled as the hand-off reached it), so it counts as free only from that one's return on.
+
+``acquire_many`` (an optional member): a batch that answered with the block took it, like an
+acquire; one whose effect is unknown may have. A block freed while a batch waited may be kept
+for it (a FIFO-fair pool serves a batch at the head of its line before a single acquirer behind
+it), so it counts as free only from that batch's return on, whatever the batch answered. Only
+single acquires are judged here; a batch waiter's own wake-up is the batch probe's to judge.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: flo
     """Raise ``lost-wakeup`` for an acquire that waited past a surely free block (see above)."""
     bound = backoff_bound + slack
     acquires = [op for op in history if op.name == "acquire"]
+    batches = [op for op in history if op.name == "acquire_many"]
     for release in history:
         if release.name != "release" or release.outcome != "ok" or release.result is not True:
             continue
@@ -30,13 +37,15 @@ def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: flo
         freed = release.end
         if freed is None:
             continue
-        takers = [op for op in acquires if _may_take(op, block, release.start)]
-        # Each acquire that gave up while the block was being handed on, with its return.
+        takers = [op for op in (*acquires, *batches) if _may_take(op, block, release.start)]
+        # Each acquire that gave up while the block was being handed on, and each batch that
+        # waited then, with its return.
         handed = [
             (op, op.end)
             for op in acquires
             if op.end is not None and _gave_up(op) and op.start <= freed <= op.end
         ]
+        handed += [(op, op.end) for op in batches if op.end is not None and op.start <= freed <= op.end]
         for waiter in acquires:
             if waiter.end is None or waiter.outcome not in ("ok", "info") or waiter.result == "cancelled":
                 continue
@@ -62,6 +71,8 @@ def _may_take(op: Operation, block: object, since: float) -> bool:
     if op.end is not None and op.end < since:
         return False
     if op.outcome == "ok":
+        if op.name == "acquire_many":
+            return isinstance(op.result, list) and block in op.result
         return bool(op.result == block)
     return op.outcome in ("pending", "raised") or bool(op.result == "cancelled")
 

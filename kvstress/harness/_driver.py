@@ -90,6 +90,39 @@ class PoolDriver(Scenarios):
         """acquire(timeout) for ``holder``; the block id, or None."""
         return self._dispatch(holder, lambda: self.op_acquire(holder, timeout), self._bound(timeout))
 
+    def acquire_many(self, holder: str, n: int, timeout: float | None) -> list[int] | None:
+        """acquire_many(n, timeout) for ``holder`` (pools that have it); the ids, or None."""
+        return self._dispatch(holder, lambda: self.op_acquire_many(holder, n, timeout), self._bound(timeout))
+
+    def acquire_many_task_cancelled(
+        self, holder: str, n: int, timeout: float | None, turns: int
+    ) -> list[int] | None:
+        """acquire_many cancelled by asyncio's ``Task.cancel()`` after ``turns`` turns of the loop."""
+        self._need_task_cancel("acquire_many_task_cancelled")
+        return self._dispatch(
+            holder,
+            lambda: self.op_acquire_many_task_cancelled(holder, n, timeout, turns),
+            self._bound(timeout),
+        )
+
+    def probe_batch_wakeup(
+        self, waiter: str, releaser: str, block_ids: list[int], cancel: bool = False
+    ) -> list[int] | None:
+        """A waiter parks in acquire_many(len(block_ids)) on an exhausted pool; ``releaser``
+        frees those blocks (its last references); the waiter must get a batch within the backoff
+        bound plus slack. With ``cancel`` (async pools), it is cancelled right after."""
+        patience = self.backoff_bound + 2 * self.timing.slack + 0.2
+        bound = self._bound(patience) + self.timing.hang_bound
+        self.sequential = False
+        try:
+            return self._dispatch(
+                "harness",
+                lambda: self.op_probe_batch_wakeup(waiter, releaser, block_ids, patience, cancel),
+                bound,
+            )
+        finally:
+            self.sequential = True
+
     def mark_in_use(self, holder: str, block_id: int) -> None:
         """mark_in_use on a block ``holder`` acquired."""
         self._dispatch(holder, lambda: self.op_mark(holder, block_id), self._bound(0))

@@ -350,7 +350,11 @@ class Operations:
 
     def _step_cost(self, step: tuple[str, Any]) -> float:
         kind, arg = step
-        return float(arg or 0.0) + self.backoff_bound + self.timing.slack if kind == "acquire" else 0.01
+        if kind == "acquire_many":
+            arg = arg[1]
+        elif kind != "acquire":
+            return 0.01
+        return float(arg or 0.0) + self.backoff_bound + self.timing.slack
 
     def _worker(self, holder: str) -> ThreadWorker:
         worker = self._workers.get(holder)

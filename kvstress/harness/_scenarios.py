@@ -13,13 +13,13 @@ import anyio
 
 from kvstress import checkers
 from kvstress._violation import InvariantViolation
+from kvstress.harness._batch_ops import BatchOperations
 from kvstress.harness._cpu import gc_wall_seconds
-from kvstress.harness._operations import Operations
 from kvstress.harness._runner import CallHung, run_to_completion
 
 
-class Scenarios(Operations):
-    """Operations in flight together: the lost-wakeup probe and concurrent batches."""
+class Scenarios(BatchOperations):
+    """Operations in flight together: the lost-wakeup probes and concurrent batches."""
 
     _scopes: dict[str, Any]
 
@@ -87,6 +87,68 @@ class Scenarios(Operations):
         checkers.check_woken(got[0] is not None, waited, self.backoff_bound, self.timing)
         return got[0]
 
+    async def op_probe_batch_wakeup(
+        self, waiter: str, releaser: str, block_ids: list[int], patience: float, cancel: bool
+    ) -> list[int] | None:
+        """A waiter parks in acquire_many(len(block_ids)) on an exhausted pool; ``releaser``
+        frees those blocks; the waiter must get a batch within the backoff bound plus slack (a
+        batch waiter left waiting while its n blocks sit free is a ``lost-wakeup``). With
+        ``cancel`` (async), the waiter is cancelled right after the releases: it must hold
+        nothing, which the quiet check after the step sees."""
+        n, park = len(block_ids), 0.02
+        if not self.is_async:
+            return await self._probe_batch_threads(waiter, releaser, block_ids, patience, park)
+        got: list[list[int] | None] = []
+        answered_at: list[float] = []
+        scope = anyio.CancelScope()
+
+        async def wait() -> None:
+            with scope:
+                got.append(await self.op_acquire_many(waiter, n, patience))
+                answered_at.append(self._now())
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await anyio.sleep(park)
+                for block_id in block_ids:
+                    await self.op_release(releaser, block_id)
+                freed_at, gc0 = self._now(), gc_wall_seconds()
+                if cancel:
+                    scope.cancel()
+        except BaseExceptionGroup as group:
+            raise first_violation(group) from None
+        if cancel or not got:
+            return got[0] if got else None
+        waited = answered_at[0] - freed_at - self._gc_since(gc0)
+        checkers.check_woken(got[0] is not None, waited, self.backoff_bound, self.timing)
+        return got[0]
+
+    async def _probe_batch_threads(
+        self, waiter: str, releaser: str, block_ids: list[int], patience: float, park: float
+    ) -> list[int] | None:
+        n = len(block_ids)
+
+        def wait() -> tuple[list[int] | None, float]:
+            return run_to_completion(self.op_acquire_many(waiter, n, patience)), self._now()
+
+        future = self._worker(waiter).submit(wait)
+        time.sleep(park)
+        for block_id in block_ids:
+            self._worker(releaser).call(
+                lambda b=block_id: run_to_completion(self.op_release(releaser, b)),  # type: ignore[misc]
+                self._bound(0),
+            )
+        freed_at, gc0 = self._now(), gc_wall_seconds()
+        try:
+            result, answered_at = future.result(timeout=self._bound(patience))
+        except TimeoutError:
+            self._worker(waiter).stuck = True
+            raise CallHung(f"{waiter}: acquire_many({n}, timeout={patience:g}) did not return") from None
+        waited = answered_at - freed_at - self._gc_since(gc0)
+        checkers.check_woken(result is not None, waited, self.backoff_bound, self.timing)
+        return result
+
     async def op_acquire_task_cancelled(self, holder: str, timeout: float | None, turns: int) -> int | None:
         """(asyncio) acquire, cancelled by plain ``Task.cancel()`` once it has had ``turns`` turns
         of the loop; the block id if it returned first, else None.
@@ -97,6 +159,15 @@ class Scenarios(Operations):
         """
         _, block_id = await self._task_cancelled(self.op_acquire(holder, timeout), turns)
         return block_id  # type: ignore[no-any-return]
+
+    async def op_acquire_many_task_cancelled(
+        self, holder: str, n: int, timeout: float | None, turns: int
+    ) -> list[int] | None:
+        """(asyncio) acquire_many, cancelled by plain ``Task.cancel()`` once it has had ``turns``
+        turns of the loop; the ids if it returned first. A cancelled batch must hold nothing:
+        blocks it took and kept are neither held nor free in the quiet check (``lost-block``)."""
+        _, block_ids = await self._task_cancelled(self.op_acquire_many(holder, n, timeout), turns)
+        return block_ids  # type: ignore[no-any-return]
 
     async def op_release_task_cancelled(self, holder: str, block_id: int, turns: int) -> None:
         """(asyncio) release, cancelled by plain ``Task.cancel()`` once it has had ``turns`` turns
@@ -133,6 +204,8 @@ class Scenarios(Operations):
                 if block_id is not None:
                     await self.op_mark(holder, block_id)
                     await self.op_write(holder, block_id)
+            elif kind == "acquire_many" and self.has_acquire_many:
+                await self._batch_step(holder, int(arg[0]), float(arg[1]))
             elif kind == "cancel":
                 peer_scope = self._scopes.get(f"b{arg}")
                 if peer_scope is not None and peer_scope is not _NO_SCOPE:
@@ -153,6 +226,18 @@ class Scenarios(Operations):
                 await self._sleep(arg)
             elif kind == "wait" and not mine:
                 await self.wait_handed(holder, arg)
+
+    async def _batch_step(self, holder: str, n: int, timeout: float) -> None:
+        """A program's acquire_many: cancellable (async) like its acquire; each block is marked
+        in use and given a fresh canary."""
+        block_ids = None  # stays so when a peer's cancel ends the call (the scope absorbs it)
+        with anyio.CancelScope() if self.is_async else _NO_SCOPE as scope:
+            self._scopes[holder] = scope
+            block_ids = await self.op_acquire_many(holder, n, timeout)
+        self._scopes.pop(holder, None)
+        for block_id in block_ids or ():
+            await self.op_mark(holder, block_id)
+            await self.op_write(holder, block_id)
 
     async def _batch_tasks(self, holders: list[str], programs: Sequence[Sequence[tuple[str, Any]]]) -> None:
         try:

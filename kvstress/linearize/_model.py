@@ -13,7 +13,7 @@ times count as concurrent: an operation may take effect anywhere in ``[lo, hi]``
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any
 
@@ -86,9 +86,17 @@ class _Mapped:
     target: int  # a block id, ANY_BLOCK or EMPTY_POOL
     kind: Kind
     settled: bool  # False: may take effect after its end (info or pending), so hi is OPEN
+    part: int = 0  # which of a batch's blocks (acquire_many): its wildcards need distinct indices
 
 
-_MODELLED = frozenset({"acquire", "release", "retain", "mark_in_use"})
+_MODELLED = frozenset({"acquire", "acquire_many", "release", "retain", "mark_in_use"})
+_TAKING = frozenset({"acquire", "acquire_many"})
+
+
+def part_index(index: int, part: int) -> int:
+    """The index a batch's ``part``-th wildcard goes by (the first keeps the operation's own;
+    the others are negative, unique, and name no history operation)."""
+    return index if part == 0 else -(index * 1024 + part)
 
 
 def translate(history: Sequence[Operation], num_blocks: int) -> Translation:
@@ -100,24 +108,28 @@ def translate(history: Sequence[Operation], num_blocks: int) -> Translation:
     wildcards: list[BlockOp] = []
     empties: list[BlockOp] = []
     bad: list[tuple[int, str]] = []
+    extra_returns: list[tuple[int, int]] = []
     for op in ops:
-        mapped = _map(op, num_blocks)
-        if isinstance(mapped, str):
-            bad.append((op.index, mapped))
-            continue
-        if mapped is None:
+        found = _map_many(op, num_blocks) if op.name == "acquire_many" else _map(op, num_blocks)
+        if isinstance(found, str):
+            bad.append((op.index, found))
             continue
         lo = position[op.start]
-        hi = position[op.end] if mapped.settled and op.end is not None else OPEN
-        block_op = BlockOp(op.index, mapped.kind, lo, max(lo, hi))
-        if mapped.target == ANY_BLOCK:
-            wildcards.append(block_op)
-        elif mapped.target == EMPTY_POOL:
-            empties.append(block_op)
-        else:
-            blocks[mapped.target].append(block_op)
+        for mapped in [] if found is None else found if isinstance(found, list) else [found]:
+            hi = position[op.end] if mapped.settled and op.end is not None else OPEN
+            block_op = BlockOp(op.index, mapped.kind, lo, max(lo, hi))
+            if mapped.target == ANY_BLOCK:
+                wildcards.append(replace(block_op, index=part_index(op.index, mapped.part)))
+                if mapped.part:
+                    at = OPEN if op.end is None else position[op.end]
+                    extra_returns.append((part_index(op.index, mapped.part), at))
+            elif mapped.target == EMPTY_POOL:
+                empties.append(block_op)
+            else:
+                blocks[mapped.target].append(block_op)
     returns = tuple((op.index, OPEN if op.end is None else position[op.end]) for op in ops)
-    patient = frozenset(op.index for op in ops if op.name == "acquire" and op.args.get("timeout") != 0)
+    returns += tuple(extra_returns)
+    patient = frozenset(op.index for op in ops if op.name in _TAKING and op.args.get("timeout") != 0)
     return Translation(
         tuple(map(tuple, blocks)),
         tuple(wildcards),
@@ -160,6 +172,40 @@ def _map_acquire(op: Operation, num_blocks: int, settled: bool) -> _Mapped | str
         return f"acquire returned {result!r} ({type(result).__name__}), not a block id in 0..{num_blocks - 1}"
     # Cancelled, raised or never returned: it may have taken a block the caller never saw.
     return _Mapped(ANY_BLOCK, Kind.MAYBE_ACQUIRE, settled)
+
+
+def _map_many(op: Operation, num_blocks: int) -> list[_Mapped] | str | None:
+    """acquire_many(n): a batch it returned is n acquires, each a block's own (that they were
+    taken at one instant is not modelled: sound, it only leaves some bugs to the other checks).
+    None says the pool was empty at some instant only for n == 1. For n > 1 it says fewer than
+    n were FREE, which no one block's model can express; and a FIFO-fair pool may have kept
+    blocks for the waiting batch meanwhile, so it is n wildcards within its call (units in
+    flight that may excuse another acquire's None; taking nothing is allowed too). Cancelled,
+    raised or never returned: it may have taken up to n blocks nobody saw, n wildcards."""
+    n, result = op.args.get("n"), op.result
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        return None
+    if op.outcome in ("ok", "info") and result is None:
+        if n == 1:
+            return [_Mapped(EMPTY_POOL, Kind.HELD, True)]
+        return [_Mapped(ANY_BLOCK, Kind.MAYBE_ACQUIRE, True, part) for part in range(n)]
+    if op.outcome == "ok":
+        ids = result if isinstance(result, list) else None
+        if (
+            ids is None
+            or len(ids) != n
+            or len(set(ids)) != n
+            or not all(_is_block(b, num_blocks) for b in ids)
+        ):
+            wanted = f"{n} distinct block ids in 0..{num_blocks - 1}"
+            return f"acquire_many({n}) returned {result!r}, not {wanted}"
+        return [_Mapped(block, Kind.ACQUIRE, True) for block in ids]
+    settled = op.outcome == "raised"
+    return [_Mapped(ANY_BLOCK, Kind.MAYBE_ACQUIRE, settled, part) for part in range(n)]
+
+
+def _is_block(value: object, num_blocks: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < num_blocks
 
 
 def _release_kind(op: Operation) -> Kind | None:

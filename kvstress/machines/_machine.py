@@ -15,7 +15,16 @@ from typing import Any, ClassVar
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
+from hypothesis.stateful import (
+    Bundle,
+    MultipleResults,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
 
 from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
@@ -98,6 +107,38 @@ class PoolMachine(RuleBasedStateMachine):
     @recorded("blocks")
     def acquire_cancelled_by_task_cancel(self, holder: str, timeout: float, turns: int) -> Ref:
         return self._ref(holder, self._do(lambda: self.driver.acquire_task_cancelled(holder, timeout, turns)))
+
+    # acquire_many is an optional protocol member: these rules are drawn only for pools that
+    # have it (fixed for the run). Each adds n Refs whatever the pool answered.
+    @precondition(lambda self: self.driver.has_acquire_many)
+    @rule(target=blocks, holder=holders, n=st.integers(0, 3), timeout=timeouts)
+    def acquire_many(self, holder: str, n: int, timeout: float) -> MultipleResults[Ref]:
+        n = min(n, self.driver.num_blocks)
+        return self._refs(holder, n, self._do(lambda: self.driver.acquire_many(holder, n, timeout)))
+
+    @precondition(lambda self: self.driver.has_acquire_many and self.driver.cancels_tasks)
+    @rule(target=blocks, holder=holders, n=st.integers(1, 3), timeout=timeouts, turns=st.integers(1, 3))
+    def acquire_many_cancelled_by_task_cancel(
+        self, holder: str, n: int, timeout: float, turns: int
+    ) -> MultipleResults[Ref]:
+        n = min(n, self.driver.num_blocks)
+        got = self._do(lambda: self.driver.acquire_many_task_cancelled(holder, n, timeout, turns))
+        return self._refs(holder, n, got)
+
+    @precondition(lambda self: self.driver.has_acquire_many)
+    @rule(target=blocks, ref=consumes(blocks), waiter=holders, cancel=st.booleans())
+    def batch_waiter_woken_by_release(self, ref: Ref, waiter: str, cancel: bool) -> MultipleResults[Ref]:
+        # The waiter asks for every block the releaser holds alone (at least the ref's), so it
+        # can be served only once all of them are free.
+        ledger, driver = self.driver.ledger, self.driver
+        tenancy = self._tenancy(ref)
+        exhausted = len(ledger.open) == driver.num_blocks
+        if tenancy is None or not exhausted or tenancy.total_refs != 1 or waiter == ref.holder:
+            return multiple(ref)  # not applicable: keep it
+        sole = [b for b, t in ledger.open.items() if t.total_refs == 1 and ref.holder in t.refs]
+        cancel = cancel and driver.is_async
+        got = self._do(lambda: driver.probe_batch_wakeup(waiter, ref.holder, sole, cancel))
+        return self._refs(waiter, len(sole), got)
 
     @rule(ref=blocks)
     @recorded()
@@ -203,6 +244,12 @@ class PoolMachine(RuleBasedStateMachine):
         if block_id is None or self.violation is not None:
             return Ref(holder, -1, NO_BLOCK_TENANCY)
         return Ref(holder, block_id, self.driver.ledger.open[block_id].number)
+
+    def _refs(self, holder: str, n: int, block_ids: list[int] | None) -> MultipleResults[Ref]:
+        """n Refs for a batch, one per block it returned (no-block Refs where none came)."""
+        if block_ids is None or self.violation is not None or len(block_ids) != n:
+            return multiple(*(Ref(holder, -1, NO_BLOCK_TENANCY) for _ in range(n)))
+        return multiple(*(self._ref(holder, block_id) for block_id in block_ids))
 
     def _tenancy(self, ref: Ref) -> Any:
         if self.violation is not None:

@@ -8,6 +8,8 @@ This module only re-exports; everything is defined in private modules.
 """
 
 from kvstress.mutants._async_pool import AsyncConditionPool as AsyncConditionPool
+from kvstress.mutants._batch_pools import AsyncFifoBatchPool as AsyncFifoBatchPool
+from kvstress.mutants._batch_pools import CondvarBatchPool as CondvarBatchPool
 from kvstress.mutants._block import Block as Block
 from kvstress.mutants._condvar_pool import CondvarPool as CondvarPool
 from kvstress.mutants._corpus import CORRECT_POOLS as CORRECT_POOLS
@@ -28,6 +30,10 @@ from kvstress.mutants._mutants_async import AsyncStillReleasingPool as AsyncStil
 from kvstress.mutants._mutants_async import AsyncTakeThenYieldPool as AsyncTakeThenYieldPool
 from kvstress.mutants._mutants_async import AsyncTryOncePool as AsyncTryOncePool
 from kvstress.mutants._mutants_async import AsyncUnshieldedReleasePool as AsyncUnshieldedReleasePool
+from kvstress.mutants._mutants_batch import AsyncBatchCancelLeakPool as AsyncBatchCancelLeakPool
+from kvstress.mutants._mutants_batch import BatchPartialGrantLeakPool as BatchPartialGrantLeakPool
+from kvstress.mutants._mutants_batch import BatchShortGrantPool as BatchShortGrantPool
+from kvstress.mutants._mutants_batch import BatchStarvesAtExactlyNPool as BatchStarvesAtExactlyNPool
 from kvstress.mutants._mutants_condvar import CheckThenPollPool as CheckThenPollPool
 from kvstress.mutants._mutants_condvar import FullTimeoutEachWakePool as FullTimeoutEachWakePool
 from kvstress.mutants._mutants_condvar import LockLeakPool as LockLeakPool

@@ -7,6 +7,7 @@ ids a good harness may report for it. Together the mutants cover every id in INV
 from __future__ import annotations
 
 from kvstress.mutants._async_pool import AsyncConditionPool
+from kvstress.mutants._batch_pools import AsyncFifoBatchPool, CondvarBatchPool
 from kvstress.mutants._condvar_pool import CondvarPool
 from kvstress.mutants._mutants_async import (
     AsyncHoldTimePool,
@@ -23,6 +24,12 @@ from kvstress.mutants._mutants_async import (
     AsyncTakeThenYieldPool,
     AsyncTryOncePool,
     AsyncUnshieldedReleasePool,
+)
+from kvstress.mutants._mutants_batch import (
+    AsyncBatchCancelLeakPool,
+    BatchPartialGrantLeakPool,
+    BatchShortGrantPool,
+    BatchStarvesAtExactlyNPool,
 )
 from kvstress.mutants._mutants_condvar import (
     CheckThenPollPool,
@@ -129,6 +136,9 @@ CORRECT_POOLS: tuple[type, ...] = (
     PollingCasPool,
     ShardedPool,
     AsyncConditionPool,
+    # with acquire_many: served whenever n are free (threads), and FIFO-fair (async)
+    CondvarBatchPool,
+    AsyncFifoBatchPool,
     *ORDINARY_POOLS,
 )
 
@@ -206,4 +216,9 @@ MUTANTS: tuple[type, ...] = (
     ThreadPollingUnlockedCheckPool,
     HousekeepingReaperPool,
     AsyncPollingUncappedPool,
+    # acquire_many (CondvarBatchPool, AsyncFifoBatchPool)
+    BatchPartialGrantLeakPool,
+    BatchShortGrantPool,
+    BatchStarvesAtExactlyNPool,
+    AsyncBatchCancelLeakPool,
 )

@@ -18,8 +18,10 @@ import torch
 from kvstress._checks import got
 from kvstress._errors import PoolExhausted
 from kvstress._log import get_logger
+from kvstress.paged._batch import acquire_batch, batches, release_all
 from kvstress.paged._cache import PrefixCache
 from kvstress.paged._hash import block_hash, chain_hashes
+from kvstress.paged._inputs import check_block_shape, check_kv, check_tokens
 from kvstress.paged._policy import Degradation, PagingPolicy
 from kvstress.paged._protocol import BlockHandle, SyncPool
 from kvstress.paged._table import BlockTable
@@ -41,17 +43,6 @@ _COUNTERS = (
 
 
 _NEEDED = ("acquire", "mark_in_use", "retain", "release", "free_count", "num_blocks")
-
-
-def _check_block_shape(block_shape: object) -> tuple[int, int, int, int, int]:
-    """``(2, layers, block_tokens, kv_heads, head_dim)`` of ints >= 1."""
-    expected = "(2, layers, block_tokens, kv_heads, head_dim) of ints >= 1"
-    if not isinstance(block_shape, Sequence) or len(block_shape) != 5:
-        raise ValueError(f"block_shape must be {expected}, got {got(block_shape)}")
-    dims = tuple(block_shape)
-    if dims[0] != 2 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
-        raise ValueError(f"block_shape must be {expected}, got {got(dims)}")
-    return dims
 
 
 class BlockManager:
@@ -76,7 +67,7 @@ class BlockManager:
         missing = [m for m in _NEEDED if not hasattr(pool, m)]
         if missing:
             raise ValueError(f"pool must keep the kvstress pool protocol (lacks {missing}), got {got(pool)}")
-        shape = _check_block_shape(block_shape)
+        shape = check_block_shape(block_shape)
         policy = PagingPolicy() if policy is None else policy
         if not isinstance(policy, PagingPolicy):
             raise ValueError(f"policy must be a PagingPolicy, got {got(policy)}")
@@ -102,14 +93,15 @@ class BlockManager:
         whose chained hash is cached are reused (pinned, not written); the rest is written into
         fresh blocks. Raises kvstress.PoolExhausted per the policy (nothing is kept then).
         """
-        tokens = self._check_tokens(prompt_tokens)
-        self._check_kv("kv", kv, (2, self.token_shape[1], len(tokens), *self.token_shape[2:]))
+        tokens = check_tokens(prompt_tokens)
+        check_kv("kv", kv, (2, self.token_shape[1], len(tokens), *self.token_shape[2:]))
         table = self._register()
         with table.lock:
             try:
                 matched = self._reuse_prefix(table, tokens)
-                for start in range(matched * self.block_tokens, len(tokens)):
-                    self._write(table, tokens[start], kv[:, :, start], may_truncate=False)
+                if not self._write_prompt_batched(table, tokens, kv, matched * self.block_tokens):
+                    for start in range(matched * self.block_tokens, len(tokens)):
+                        self._write(table, tokens[start], kv[:, :, start], may_truncate=False)
             except BaseException:
                 self._release_all(table)
                 self._unregister(table)
@@ -140,8 +132,8 @@ class BlockManager:
         first (copy-on-write). Raises kvstress.PoolExhausted per the policy.
         """
         self._check_table(table)
-        (checked,) = self._check_tokens([token])
-        self._check_kv("kv", kv, self.token_shape)
+        (checked,) = check_tokens([token])
+        check_kv("kv", kv, self.token_shape)
         with table.lock:
             self._check_live(table)
             self._write(table, checked, kv)
@@ -203,6 +195,51 @@ class BlockManager:
         table.tokens.append(token)
         if fill + 1 == self.block_tokens:
             self._register_full(table)
+
+    def _write_prompt_batched(
+        self, table: BlockTable, tokens: list[int], kv: torch.Tensor, start: int
+    ) -> bool:
+        """Write the prompt from ``start`` into fresh blocks taken in one ``acquire_many`` (a
+        block's worth of K/V per copy); False, with nothing done, where the pool cannot batch."""
+        size = self.block_tokens
+        needed = -(-(len(tokens) - start) // size)
+        if not batches(self.pool, needed):
+            return False
+        blocks = self._take_blocks(needed)
+        for index, first in enumerate(range(start, len(tokens), size)):
+            block, last = blocks[index], min(first + size, len(tokens))
+            try:
+                block.data[:, :, : last - first].copy_(kv[:, :, first:last])
+            except BaseException:  # the table owns the blocks before this one; give back the rest
+                release_all(self.pool, blocks[index:])
+                raise
+            table.blocks.append(block)
+            table.cached.append(False)
+            table.tokens.extend(tokens[first:last])
+            if last - first == size:
+                self._register_full(table)  # the block just filled is the table's last
+        return True
+
+    def _take_blocks(self, n: int) -> list[BlockHandle]:
+        """``n`` fresh blocks (IN_USE, zeroed) for a prompt, all at once, as ``_take_block`` takes
+        one: evict unused cached blocks while too few are free, then reject or queue."""
+        blocks = acquire_batch(self.pool, n, 0)
+        while blocks is None and self.cache.evict_one():
+            blocks = acquire_batch(self.pool, n, 0)
+        if blocks is None and self.policy.mode is Degradation.REJECT:
+            self._count("rejections")
+            raise PoolExhausted(f"no {n} free blocks ({self.pool.num_blocks} blocks, policy reject)")
+        if blocks is None and self.policy.queue_timeout_s != 0:
+            blocks = acquire_batch(self.pool, n, self.policy.queue_timeout_s)
+        if blocks is None:
+            self._count("queue_timeouts")
+            raise PoolExhausted(
+                f"no {n} free blocks within {self.policy.queue_timeout_s} s "
+                f"({self.pool.num_blocks} blocks, policy {self.policy.mode.value})"
+            )
+        for block in blocks:
+            self.pool.mark_in_use(block)
+        return blocks
 
     def _writable_tail(self, table: BlockTable) -> BlockHandle:
         """The last block, made private first: a block someone else references is copied."""
@@ -309,8 +346,11 @@ class BlockManager:
             self.pool.release(table.blocks[index])
 
     def _release_all(self, table: BlockTable) -> None:
+        # Cached blocks go back through the cache; the rest to the pool in one call.
         for index in range(len(table.blocks)):
-            self._drop(table, index)
+            if table.cached[index]:
+                self._drop(table, index)
+        release_all(self.pool, [b for b, c in zip(table.blocks, table.cached, strict=True) if not c])
         table.blocks.clear()
         table.cached.clear()
         table.tokens.clear()
@@ -339,18 +379,3 @@ class BlockManager:
     def _check_live(self, table: BlockTable) -> None:
         if table.freed:
             raise ValueError(f"table must not be freed, got {table!r}")
-
-    @staticmethod
-    def _check_tokens(tokens: object) -> list[int]:
-        if not isinstance(tokens, Sequence) or isinstance(tokens, str | bytes):
-            raise ValueError(f"prompt_tokens must be a sequence of ints, got {got(tokens)}")
-        for token in tokens:
-            if isinstance(token, bool) or not isinstance(token, int):
-                raise ValueError(f"token ids must be ints, got {got(token)}")
-        return list(tokens)
-
-    @staticmethod
-    def _check_kv(name: str, kv: object, shape: tuple[int, ...]) -> None:
-        if not isinstance(kv, torch.Tensor) or tuple(kv.shape) != shape:
-            shown = tuple(kv.shape) if isinstance(kv, torch.Tensor) else got(kv)
-            raise ValueError(f"{name} must be a tensor of shape {shape}, got {shown}")

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.lowlevel
 
-from kvstress._checks import check_timeout
+from kvstress._checks import check_batch_size, check_timeout
 from kvstress._errors import PoolExhausted
 from kvstress.pool._base import PoolBase
 from kvstress.pool._block import Block
@@ -36,8 +36,10 @@ class AsyncBlockPool(PoolBase):
     """
 
     def _setup(self) -> None:
-        # Invariant: every event in _waiters is unset; a set event has been removed.
+        # Invariant: every event in _waiters is unset; a set event has been removed. The same
+        # holds for _batch_waiters, whose entries say how many blocks each waits for.
         self._waiters: deque[anyio.Event] = deque()
+        self._batch_waiters: list[tuple[int, anyio.Event]] = []
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
         """Take a FREE block (ACQUIRED, refcount 1, zeroed); wait up to ``timeout`` seconds.
@@ -46,17 +48,21 @@ class AsyncBlockPool(PoolBase):
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        core, holder = self._core, _current_task()
-        now = anyio.current_time()
+        task = _asyncio_task()
+        holder: object
+        if task is None:  # trio: anyio's checkpoints
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            holder, now = anyio.get_current_task(), anyio.current_time()
+        else:
+            holder, now = task, task.get_loop().time()  # what anyio.current_time() reads there
+        core = self._core
         block_id = core.take(now, holder)
         if block_id >= 0:
             core.waits.add(0.0)
             block = self._handed_out(block_id, now)
             try:
-                # Yield to the loop (acquire is a schedule point), shielded: the block is ours.
-                await anyio.lowlevel.cancel_shielded_checkpoint()
-            except BaseException:  # plain Task.cancel() strikes through the shield
+                await _yield_holding(task)
+            except BaseException:  # cancelled at the yield: the block is given back first
                 self._release_now(block_id, block.generation)
                 raise
             return block
@@ -93,6 +99,69 @@ class AsyncBlockPool(PoolBase):
                 core.waits.add(now - start)
                 return None
 
+    async def acquire_many(self, n: int, timeout: float | None = None) -> list[Block] | None:
+        """Take ``n`` FREE blocks at once, with no suspension between them; wait up to ``timeout``.
+
+        All or nothing: ``n`` blocks, or None (holding nothing) when they do not all come in
+        time. A waiting call holds no block and holds no other acquirer back: single acquires
+        take blocks as they free up, and it takes its ``n`` when ``n`` are free at once, which
+        wakes it. Cancel-safe as ``acquire``: a cancelled call holds nothing.
+        """
+        n = check_batch_size(n, self.num_blocks)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        core, holder = self._core, _current_task()
+        now = anyio.current_time()
+        block_ids = core.take_many(n, now, holder)
+        if block_ids is not None:
+            core.waits.add(0.0)
+            blocks = self._handed_out_many(block_ids, now)
+            try:
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            except BaseException:  # plain Task.cancel() strikes through the shield
+                self._release_all_now(blocks)
+                raise
+            return blocks
+        if timeout == 0:
+            core.timeouts += 1
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            return None
+        return await self._wait_for_many(n, now, timeout, holder)
+
+    async def _wait_for_many(
+        self, n: int, start: float, timeout: float | None, holder: object
+    ) -> list[Block] | None:
+        core = self._core
+        deadline = None if timeout is None else start + timeout
+        while True:
+            entry = (n, anyio.Event())
+            self._batch_waiters.append(entry)
+            remaining = None if deadline is None else deadline - anyio.current_time()
+            try:
+                with anyio.move_on_after(remaining):
+                    await entry[1].wait()
+            finally:  # a batch wake-up is no unit another waiter needs: nothing to pass on
+                if not entry[1].is_set():
+                    self._batch_waiters.remove(entry)
+            # No await from here on: what we take cannot be lost to a cancellation.
+            now = anyio.current_time()
+            block_ids = core.take_many(n, now, holder)
+            if block_ids is not None:
+                core.waits.add(now - start)
+                if core.free_count > 0:  # singles woken for blocks this batch took re-park
+                    self._notify(core.free_count)
+                return self._handed_out_many(block_ids, now)
+            if deadline is not None and now >= deadline:
+                core.timeouts += 1
+                core.waits.add(now - start)
+                return None
+
+    def _release_all_now(self, blocks: list[Block]) -> None:
+        """Give back a batch this call took but cannot hand over (its caller was cancelled)."""
+        for block in blocks:
+            self._release_now(block.id, block.generation)
+
     def _forget(self, waiter: anyio.Event, *, pass_on: bool) -> None:
         """Leave the queue (a woken waiter has left it already); maybe hand the wake-up on."""
         if not waiter.is_set():
@@ -104,6 +173,16 @@ class AsyncBlockPool(PoolBase):
         waiters = self._waiters
         for _ in range(min(count, len(waiters))):
             waiters.popleft().set()
+        if self._batch_waiters:
+            self._wake_batches()
+
+    def _wake_batches(self) -> None:
+        """Wake every batch waiter whose ``n`` blocks are free now (each then tries to take)."""
+        free = self._core.free_count
+        ready = [entry for entry in self._batch_waiters if entry[0] <= free]
+        for entry in ready:
+            self._batch_waiters.remove(entry)
+            entry[1].set()
 
     async def release(self, block: Block) -> bool:
         """Drop one reference; the last one resets the block and returns it to the queue.
@@ -116,7 +195,7 @@ class AsyncBlockPool(PoolBase):
         return self._release_now(block_id, generation)
 
     def _release_now(self, block_id: int, generation: int) -> bool:
-        step = self._core.begin_release(block_id, generation, anyio.current_time())
+        step = self._core.begin_release(block_id, generation, _loop_time())
         if step is _LAST:
             self._storage.reset(block_id)  # strictly before the offer below
             self._core.finish_release(block_id)
@@ -134,21 +213,14 @@ class AsyncBlockPool(PoolBase):
         Completes without suspending, as ``release``. Returns, per block, True where this call
         returned it.
         """
-        unwrapped = [self._unwrap(block) for block in blocks]  # misuse raises before any change
-        now = anyio.current_time()
-        steps = [self._core.begin_release(i, g, now) for i, g in unwrapped]
-        last = []
-        for (block_id, _), step in zip(unwrapped, steps, strict=True):
-            if step is _LAST:
-                last.append(block_id)
-            elif step is _DOUBLE:
-                self._log_double_release(block_id)
+        block_ids, gens = self._unwrap_many(blocks)  # misuse raises before any change
+        steps = self._core.begin_release_many(block_ids, gens, anyio.current_time())
+        last = self._returned(block_ids, steps)
         self._storage.reset_many(last)  # strictly before the offers below
-        for block_id in last:
-            self._core.finish_release(block_id)
+        self._core.finish_release_many(last)
         self._offered(last)
         self._notify(len(last))
-        return [step is _LAST for step in steps]
+        return [True] * len(steps) if last is block_ids else [step is _LAST for step in steps]
 
     @asynccontextmanager
     async def block(self, timeout: float | None = None) -> AsyncIterator[Block]:
@@ -169,6 +241,35 @@ class AsyncBlockPool(PoolBase):
             return anyio.current_time()
         except Exception:  # read from sync code outside the loop (a dump): asyncio's clock
             return time.monotonic()
+
+
+def _asyncio_task() -> asyncio.Task[object] | None:
+    """The running asyncio task; None where no asyncio loop runs here (trio)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
+async def _yield_holding(task: asyncio.Task[object] | None) -> None:
+    """The schedule point of an acquire that took its block. On trio, anyio's shielded
+    checkpoint. On asyncio, a bare yield: anyio delivers a cancel scope's cancellation to a task
+    parked on it by ``Task.cancel()``, as plain asyncio code would, so either way a cancellation
+    arriving here raises, and the caller gives the block back before it goes on. (anyio's
+    shielded checkpoint costs a cancel scope and two backend look-ups; the bare yield is what
+    lets the pair match an anyio Semaphore's.)"""
+    if task is None:
+        await anyio.lowlevel.cancel_shielded_checkpoint()
+    else:
+        await asyncio.sleep(0)
+
+
+def _loop_time() -> float:
+    """``anyio.current_time()``, read straight from the asyncio loop where one runs."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return anyio.current_time()
 
 
 def _current_task() -> object:

@@ -19,7 +19,7 @@ from kvstress._checks import (
 )
 from kvstress._log import get_logger
 from kvstress.pool._block import Block
-from kvstress.pool._core import PoolCore
+from kvstress.pool._core import PoolCore, ReleaseStep
 from kvstress.pool._leaks import LeakDetection, LeakSuspect, LeakTracker
 from kvstress.pool._state import BlockState
 from kvstress.pool._storage import BlockStorage, make_storage
@@ -98,9 +98,11 @@ class PoolBase:
 
     def mark_in_use(self, block: Block) -> None:
         """ACQUIRED -> IN_USE: the holder starts writing K/V. Raises InvalidTransition otherwise."""
-        block_id, generation = self._unwrap(block)
+        core = self._core
+        if type(block) is not Block or block._core is not core:  # the hot path skips a call
+            self._unwrap(block)  # raises
         with self._lock:
-            self._core.mark_in_use(block_id, generation)
+            core.mark_in_use(block.id, block.generation)
 
     def retain(self, block: Block) -> None:
         """Share a held block: refcount += 1. Raises InvalidTransition on a block not held."""
@@ -178,6 +180,17 @@ class PoolBase:
             self._core.leaks.scan(now)
         return self._handle(block_id)
 
+    def _handed_out_many(self, block_ids: list[int], now: float) -> list[Block]:
+        """``_handed_out`` for a batch the core just handed out: one leak scan, one stream wait
+        per distinct reset event, one handle per block."""
+        core, storage = self._core, self._storage
+        if core.leaks.threshold is not None:
+            core.leaks.scan(now)
+        if storage.orders_streams:  # CUDA: the taker's stream waits for the resets
+            storage.hand_out_many(block_ids)
+        generations = core.generations
+        return [Block(core, storage, block_id, generations[block_id]) for block_id in block_ids]
+
     def _handle(self, block_id: int) -> Block:
         storage = self._storage
         if storage.orders_streams:  # CUDA: the taker's stream waits for the reset
@@ -191,6 +204,28 @@ class PoolBase:
         if not isinstance(block, Block) or not block.belongs_to(self._core):
             raise ValueError(f"block must be a Block handed out by this pool, got {block!r}")
         return block.id, block.generation
+
+    def _unwrap_many(self, blocks: Sequence[Block]) -> tuple[list[int], list[int]]:
+        """The ids and the generations of the blocks; raises, as ``_unwrap``, before anything
+        changes."""
+        core = self._core
+        if all(type(block) is Block and block._core is core for block in blocks):  # the hot path
+            return [block.id for block in blocks], [block.generation for block in blocks]
+        pairs = [self._unwrap(block) for block in blocks]
+        return [i for i, _ in pairs], [g for _, g in pairs]
+
+    def _returned(self, block_ids: list[int], steps: list[ReleaseStep]) -> list[int]:
+        """The blocks a batched release returned (``block_ids`` itself when it returned them
+        all); each double release is logged."""
+        if steps.count(ReleaseStep.LAST) == len(steps):
+            return block_ids
+        last = []
+        for block_id, step in zip(block_ids, steps, strict=True):
+            if step is ReleaseStep.LAST:
+                last.append(block_id)
+            elif step is ReleaseStep.DOUBLE:
+                self._log_double_release(block_id)
+        return last
 
     def _log_double_release(self, block_id: int) -> None:
         log.warning(

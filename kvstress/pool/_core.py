@@ -9,7 +9,8 @@ Invariants, between two calls:
 - the free ring holds exactly the blocks whose state is FREE, each once;
 - ``free_count`` (an independent counter, as the seed's AtomicInteger) equals the ring's length;
 - a block's refcount is >= 1 when it is ACQUIRED or IN_USE, and 0 otherwise;
-- a block's generation grows at each acquire, so a handle from an earlier tenancy is stale.
+- a block's generation grows at each acquire: it is the pool's count of acquires (a batch counts
+  once) when the block was taken, so a handle from an earlier tenancy is stale.
 """
 
 from __future__ import annotations
@@ -26,7 +27,22 @@ _FREE = int(BlockState.FREE)
 _ACQUIRED = int(BlockState.ACQUIRED)
 _IN_USE = int(BlockState.IN_USE)
 _RELEASING = int(BlockState.RELEASING)
-_GENERATION_MASK = 0xFFFFFFFF
+
+
+_ACQUIRED_BYTE = bytes([_ACQUIRED])
+_RELEASING_BYTE = bytes([_RELEASING])
+_HELD_BYTES = bytes([_ACQUIRED, _IN_USE])
+_ONE = array("i", [1])
+
+
+def _is_run(block_ids: list[int]) -> bool:
+    """Whether the ids are consecutive and ascending (a batch freed together comes back so)."""
+    if not block_ids:
+        return False
+    first = block_ids[0]
+    return block_ids[-1] - first == len(block_ids) - 1 and block_ids == list(
+        range(first, first + len(block_ids))
+    )
 
 
 class ReleaseStep(Enum):
@@ -55,6 +71,7 @@ class PoolCore:
         "leaks",
         "num_blocks",
         "refcount",
+        "tenancies",
         "timeouts",
         "waits",
     )
@@ -63,7 +80,8 @@ class PoolCore:
         self.num_blocks = num_blocks
         self._state = bytearray(num_blocks)  # all FREE
         self.refcount = array("i", bytes(4 * num_blocks))
-        self.generations = array("I", bytes(4 * num_blocks))
+        self.generations = array("Q", bytes(8 * num_blocks))  # 64 bits: never wraps
+        self.tenancies = 0  # acquires so far (a batch counts once): the next generation
         self._ring = array("q", range(num_blocks))
         self._head = 0
         self._ring_len = num_blocks
@@ -89,10 +107,44 @@ class PoolCore:
         self._state[block_id] = _ACQUIRED
         self.free_count -= 1
         self.refcount[block_id] = 1
-        self.generations[block_id] = (self.generations[block_id] + 1) & _GENERATION_MASK
+        self.tenancies += 1
+        self.generations[block_id] = self.tenancies
         self.held += 1
         self.leaks.on_acquire(block_id, now, holder)
         return block_id
+
+    def take_many(self, n: int, now: float, holder: object) -> list[int] | None:
+        """Hand out ``n`` free blocks at once, each as ``take`` would; None, with nothing changed,
+        when fewer than ``n`` are free (all or nothing). The counters move once for the batch."""
+        if self.free_count < n:
+            return None
+        block_ids = self._pop_free(n)
+        run = n > 0 and self._take_run(block_ids)
+        if not run:
+            state, refcount, generations = self._state, self.refcount, self.generations
+            tenancy = self.tenancies + 1
+            for block_id in block_ids:
+                if state[block_id] != _FREE:
+                    raise self._refused(block_id, _FREE, _ACQUIRED, "acquire_many")
+                state[block_id] = _ACQUIRED
+                refcount[block_id] = 1
+                generations[block_id] = tenancy
+        self.tenancies += 1
+        self.free_count -= n
+        self.held += n
+        self.leaks.on_acquire_many(block_ids, now, holder, run=run)
+        return block_ids
+
+    def _pop_free(self, n: int) -> list[int]:
+        """The next ``n`` ids of the free queue, removed from it (at most two slices of the ring)."""
+        head, size, ring = self._head, self.num_blocks, self._ring
+        end = head + n
+        block_ids = (
+            ring[head:end].tolist() if end <= size else ring[head:].tolist() + ring[: end - size].tolist()
+        )
+        self._head = end if end < size else end - size
+        self._ring_len -= n
+        return block_ids
 
     def mark_in_use(self, block_id: int, generation: int) -> None:
         """ACQUIRED -> IN_USE, by the current tenant only."""
@@ -142,6 +194,89 @@ class PoolCore:
         self._ring_len += 1
         self.free_count += 1
 
+    def begin_release_many(self, block_ids: list[int], gens: list[int], now: float) -> list[ReleaseStep]:
+        """``begin_release`` for each block (of generation ``gens[i]``) in order, in one pass: the
+        steps, and the leak tracker told once about every block whose last reference went."""
+        if block_ids and self._release_run(block_ids, gens):
+            self.held -= len(block_ids)
+            self.leaks.on_release_many(block_ids, now, run=True)
+            return [_LAST] * len(block_ids)
+        state, refcount, generations = self._state, self.refcount, self.generations
+        steps: list[ReleaseStep] = []
+        last: list[int] = []
+        for block_id, generation in zip(block_ids, gens, strict=True):
+            current, refs = state[block_id], refcount[block_id]
+            if (
+                generation != generations[block_id]
+                or (current != _ACQUIRED and current != _IN_USE)
+                or refs < 1
+            ):
+                self.double_releases += 1
+                steps.append(_DOUBLE)
+            elif refs > 1:
+                refcount[block_id] = refs - 1
+                steps.append(_SHARED)
+            else:
+                refcount[block_id] = 0
+                state[block_id] = _RELEASING
+                last.append(block_id)
+                steps.append(_LAST)
+        self.held -= len(last)
+        self.leaks.on_release_many(last, now)
+        return steps
+
+    def finish_release_many(self, block_ids: list[int]) -> None:
+        """``finish_release`` for a batch, queued in order (one slice of the ring where it fits)."""
+        state, count, size = self._state, len(block_ids), self.num_blocks
+        first = block_ids[0] if block_ids else 0
+        if _is_run(block_ids) and state.count(_RELEASING, first, first + count) == count:
+            state[first : first + count] = bytes(count)  # all FREE at once
+        else:
+            for block_id in block_ids:
+                if state[block_id] != _RELEASING:
+                    raise self._refused(block_id, _RELEASING, _FREE, "offer")
+                state[block_id] = _FREE
+        tail = self._head + self._ring_len
+        tail = tail if tail < size else tail - size
+        if tail + count <= size:
+            self._ring[tail : tail + count] = array("q", block_ids)
+        else:
+            split = size - tail
+            self._ring[tail:] = array("q", block_ids[:split])
+            self._ring[: count - split] = array("q", block_ids[split:])
+        self._ring_len += count
+        self.free_count += count
+
+    # -- batches over a run of consecutive ids: one slice operation per array --------------
+
+    def _take_run(self, block_ids: list[int]) -> bool:
+        """Hand out consecutive FREE blocks by slices; False, changing nothing, where the ids
+        are not one run or a block is not FREE (the loop decides)."""
+        count, first = len(block_ids), block_ids[0]
+        end = first + count
+        if not _is_run(block_ids) or self._state.count(_FREE, first, end) != count:
+            return False
+        self._state[first:end] = _ACQUIRED_BYTE * count
+        self.refcount[first:end] = _ONE * count
+        self.generations[first:end] = array("Q", [self.tenancies + 1]) * count
+        return True
+
+    def _release_run(self, block_ids: list[int], gens: list[int]) -> bool:
+        """Move consecutive held blocks of the given tenancies, each at its last reference, to
+        RELEASING by slices; False, changing nothing, where any of that is not so."""
+        count, first = len(block_ids), block_ids[0]
+        end = first + count
+        if (
+            not _is_run(block_ids)
+            or self._state[first:end].strip(_HELD_BYTES)  # a block neither ACQUIRED nor IN_USE
+            or self.refcount[first:end] != _ONE * count
+            or self.generations[first:end] != array("Q", gens)
+        ):
+            return False
+        self._state[first:end] = _RELEASING_BYTE * count
+        self.refcount[first:end] = array("i", bytes(4 * count))
+        return True
+
     # -- reading --------------------------------------------------------------------------
 
     def state(self, block_id: int) -> BlockState:
@@ -153,7 +288,7 @@ class PoolCore:
         return BlockState(self._state[block_id]).name
 
     def generation(self, block_id: int) -> int:
-        """How many times the block has been handed out (mod 2**32)."""
+        """The block's tenancy: the pool's acquire count when it was last handed out."""
         return self.generations[block_id]
 
     def free_ids(self) -> list[int]:

@@ -103,6 +103,34 @@ class LeakTracker:
             self._watch[block_id] = None
             self.tracked.add(block_id)
 
+    def on_acquire_many(self, block_ids: list[int], now: float, holder: object, *, run: bool = False) -> None:
+        """``on_acquire`` for a batch: the same records and the same sampled stacks (one walk of
+        the stack serves every block of the batch that is sampled). ``run``: the ids are
+        consecutive and ascending, so the records are written as slices."""
+        holder = _UNKNOWN_HOLDER if holder is None else holder
+        since, holders, tracked = self.since, self.holders, self.tracked
+        if run:
+            first, end = block_ids[0], block_ids[0] + len(block_ids)
+            since[first:end] = array("d", [now]) * len(block_ids)
+            holders[first:end] = [holder] * len(block_ids)
+        else:
+            for block_id in block_ids:
+                since[block_id] = now
+                holders[block_id] = holder
+        if self._every:
+            stack = None
+            position = self._countdown - 1  # the batch's first sampled block, as one by one
+            while position < len(block_ids):
+                stack = stack or _caller_stack()
+                self._stack[block_ids[position]] = stack
+                tracked.add(block_ids[position])
+                position += self._every
+            self._countdown = position - len(block_ids) + 1
+        if self.threshold is not None:
+            for block_id in block_ids:
+                self._watch[block_id] = None
+                tracked.add(block_id)
+
     def on_release(self, block_id: int, now: float) -> None:
         """Forget the block; report it if it comes back after being reported as a leak."""
         holder = self.holders[block_id]
@@ -121,6 +149,20 @@ class LeakTracker:
                 holder=describe_holder(holder),
                 held_for_s=round(now - self.since[block_id], 6),
             )
+
+    def on_release_many(self, block_ids: list[int], now: float, *, run: bool = False) -> None:
+        """``on_release`` for a batch (one set test when none of them is tracked; ``run`` as in
+        ``on_acquire_many``)."""
+        holders = self.holders
+        if self.tracked.isdisjoint(block_ids):
+            if run:
+                holders[block_ids[0] : block_ids[0] + len(block_ids)] = [None] * len(block_ids)
+                return
+            for block_id in block_ids:
+                holders[block_id] = None
+            return
+        for block_id in block_ids:
+            self.on_release(block_id, now)
 
     def scan(self, now: float) -> list[LeakSuspect]:
         """Report, once each, the blocks held longer than the threshold. Amortised O(1)."""

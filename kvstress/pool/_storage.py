@@ -56,6 +56,9 @@ class BlockStorage:
     def hand_out(self, block_id: int) -> None:
         """Nothing to order on the CPU (see ``StreamOrderedStorage``)."""
 
+    def hand_out_many(self, block_ids: list[int]) -> None:
+        """Nothing to order on the CPU (see ``StreamOrderedStorage``)."""
+
     @property
     def nbytes(self) -> int:
         """Bytes of block memory in all."""
@@ -92,6 +95,19 @@ class StreamOrderedStorage(BlockStorage):
         if event is not None:
             torch.cuda.current_stream(self.tensor.device).wait_event(event)
 
+    def hand_out_many(self, block_ids: list[int]) -> None:
+        """``hand_out`` for a batch: one wait per distinct event (blocks reset together by one
+        ``reset_many`` share one event, so a whole table returned at once costs one wait)."""
+        events: dict[int, torch.cuda.Event] = {}
+        for block_id in block_ids:
+            event = self._ready.pop(block_id, None)
+            if event is not None:
+                events[id(event)] = event
+        if events:
+            stream = torch.cuda.current_stream(self.tensor.device)
+            for event in events.values():
+                stream.wait_event(event)
+
     def _on_stream(self, block_ids: list[int], zero: Callable[[], object]) -> None:
         stream = self._stream
         assert stream is not None
@@ -113,7 +129,7 @@ class HostStorage(BlockStorage):
     All-zero bytes are zero in every torch dtype. The copy completes before ``reset`` returns.
     """
 
-    __slots__ = ("_block_nbytes", "_bytes", "_zeros")
+    __slots__ = ("_block_nbytes", "_bytes", "_zero_run", "_zeros")
 
     resets_under_lock = True  # a copy of at most HOST_COPY_MAX_BYTES: a few microseconds
 
@@ -125,12 +141,26 @@ class HostStorage(BlockStorage):
         raw = (ctypes.c_ubyte * self.nbytes).from_address(self.tensor.data_ptr())
         self._bytes = memoryview(raw).cast("B")
         self._zeros = bytes(self._block_nbytes)
+        self._zero_run = memoryview(self._zeros)  # zeros for a run of blocks (reset_many)
 
     def reset(self, block_id: int) -> None:
         """Zero one block on the host; done before the caller offers it back to the queue."""
         size = self._block_nbytes
         start = block_id * size
         self._bytes[start : start + size] = self._zeros
+
+    def reset_many(self, block_ids: list[int]) -> None:
+        """Zero several blocks on the host: one copy for a run of consecutive ids (a table freed
+        in the order it was taken), one per block otherwise; done before any is offered."""
+        if not block_ids:
+            return
+        size, first, count = self._block_nbytes, block_ids[0], len(block_ids)
+        if count * size <= HOST_COPY_MAX_BYTES * 16 and block_ids == list(range(first, first + count)):
+            if len(self._zero_run) < count * size:  # grown once to the largest run seen
+                self._zero_run = memoryview(bytes(count * size))
+            self._bytes[first * size : (first + count) * size] = self._zero_run[: count * size]
+            return
+        super().reset_many(block_ids)
 
 
 def make_storage(

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from kvstress._checks import check_timeout
+from kvstress._checks import check_batch_size, check_timeout
 from kvstress._errors import PoolExhausted
 from kvstress.pool._base import PoolBase
 from kvstress.pool._block import Block
@@ -31,6 +31,11 @@ class ThreadedBlockPool(PoolBase):
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
         self._waiting = 0  # threads parked on _not_empty; a release notifies only when some are
+        # What each thread parked in acquire_many waits for (one entry per waiter). They park
+        # on their own condition: a single block's notification is never spent on a waiter
+        # that cannot use it, and they are all woken whenever the smallest need could be met.
+        self._enough = threading.Condition(self._lock)
+        self._needs: list[int] = []
 
     def acquire(self, timeout: float | None = None) -> Block | None:
         """Take a FREE block (ACQUIRED, refcount 1, zeroed); wait up to ``timeout`` seconds.
@@ -77,6 +82,60 @@ class ThreadedBlockPool(PoolBase):
                 core.waits.add(now - start)
                 return self._handed_out(block_id, now)
 
+    def acquire_many(self, n: int, timeout: float | None = None) -> list[Block] | None:
+        """Take ``n`` FREE blocks at once, in one lock section; wait up to ``timeout`` seconds.
+
+        All or nothing: returns ``n`` blocks (each as ``acquire`` hands one out), or None when
+        they do not all come in time, holding nothing. A waiting call holds no block and holds
+        no other acquirer back: single acquires take blocks as they free up, and it takes its
+        ``n`` only when ``n`` are free at once; whenever that is so it is woken. (It holds
+        nothing while it waits, so no two calls can deadlock; a stream of single acquires
+        that never leaves ``n`` free can delay it, as it would any batch.)
+        """
+        n = check_batch_size(n, self.num_blocks)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        core, holder = self._core, threading.current_thread()
+        with self._lock:
+            now = time.monotonic()
+            block_ids = core.take_many(n, now, holder)
+            if block_ids is not None:
+                core.waits.add(0.0)
+                return self._handed_out_many(block_ids, now)
+            if timeout == 0:
+                core.timeouts += 1
+                return None
+            self._needs.append(n)
+            try:
+                return self._wait_for_many(n, now, timeout, holder)
+            finally:
+                self._needs.remove(n)
+
+    def _wait_for_many(
+        self, n: int, start: float, timeout: float | None, holder: object
+    ) -> list[Block] | None:
+        # Called with the lock held. Wake-ups here are broadcasts, never a unit another waiter
+        # needs, so giving up passes nothing on.
+        core = self._core
+        deadline = None if timeout is None else start + timeout
+        while True:
+            if deadline is None:
+                self._enough.wait()
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    core.timeouts += 1
+                    core.waits.add(time.monotonic() - start)
+                    return None
+                self._enough.wait(remaining)
+            now = time.monotonic()
+            block_ids = core.take_many(n, now, holder)
+            if block_ids is not None:
+                core.waits.add(now - start)
+                if core.free_count:  # single waiters woken for blocks this batch took re-park
+                    self._notify(core.free_count)
+                return self._handed_out_many(block_ids, now)
+
     def release(self, block: Block) -> bool:
         """Drop one reference; the last one resets the block and returns it to the queue.
 
@@ -115,26 +174,23 @@ class ThreadedBlockPool(PoolBase):
         per block, what ``release`` would have: True where this call returned it. A block listed
         twice is released twice (the second is a double release unless it was shared).
         """
-        unwrapped = [self._unwrap(block) for block in blocks]  # misuse raises before any change
+        block_ids, gens = self._unwrap_many(blocks)  # misuse raises before any change
         with self._lock:
-            now = time.monotonic()
-            steps = [self._core.begin_release(i, g, now) for i, g in unwrapped]
-        for (block_id, _), step in zip(unwrapped, steps, strict=True):
-            if step is _DOUBLE:
-                self._log_double_release(block_id)
-        last = [block_id for (block_id, _), step in zip(unwrapped, steps, strict=True) if step is _LAST]
+            steps = self._core.begin_release_many(block_ids, gens, time.monotonic())
+        last = self._returned(block_ids, steps)
         if last:
             self._storage.reset_many(last)  # strictly before the offers below
             with self._lock:
-                for block_id in last:
-                    self._core.finish_release(block_id)
+                self._core.finish_release_many(last)
                 self._offered(last)
                 self._notify(len(last))
-        return [step is _LAST for step in steps]
+        return [True] * len(steps) if last is block_ids else [step is _LAST for step in steps]
 
     def _notify(self, count: int = 1) -> None:
         if self._waiting:  # no thread parked: nothing to wake, and Condition.notify is not free
             self._not_empty.notify(count)
+        if self._needs and self._core.free_count >= min(self._needs):
+            self._enough.notify_all()
 
     @contextmanager
     def block(self, timeout: float | None = None) -> Iterator[Block]:

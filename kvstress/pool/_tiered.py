@@ -92,6 +92,23 @@ class _Tiers(PoolBase):
         storage.shrink_idle(self._now(), self.idle_shrink_s)
         return super()._handed_out(block_id, now)
 
+    def _handed_out_many(self, block_ids: list[int], now: float) -> list[Block]:
+        # As _handed_out, for a batch: every block's memory exists before any handle is seen,
+        # and a segment that cannot be allocated puts the whole batch back (all or nothing).
+        storage, lent = self._storage, 0
+        try:
+            for block_id in block_ids:
+                storage.lend(block_id)
+                lent += 1
+        except BaseException:
+            for block_id in block_ids[:lent]:
+                storage.give_back(block_id, now)
+            for block_id in block_ids:
+                self._put_back(block_id, now)
+            raise
+        storage.shrink_idle(self._now(), self.idle_shrink_s)
+        return super()._handed_out_many(block_ids, now)
+
     def _put_back(self, block_id: int, now: float) -> None:
         # The segment could not be allocated: undo the take, so the block is FREE and queued.
         core = self._core

@@ -45,6 +45,13 @@ class TieredCore(PoolCore):
             self._ring_len = 1
         return super().take(now, holder)
 
+    def _pop_free(self, n: int) -> list[int]:
+        """The next ``n`` ids in hand-out order: core ids from the ring, then the lowest elastic ids."""
+        from_ring = min(n, self._ring_len)
+        block_ids = super()._pop_free(from_ring) if from_ring else []
+        block_ids.extend(heapq.heappop(self._elastic) for _ in range(n - from_ring))
+        return block_ids
+
     def finish_release(self, block_id: int) -> None:
         """RELEASING -> FREE and offer: a core id to the back of the ring, an elastic id to the heap.
 
@@ -56,6 +63,11 @@ class TieredCore(PoolCore):
         self._cas(block_id, _RELEASING, _FREE, "offer")
         heapq.heappush(self._elastic, block_id)
         self.free_count += 1
+
+    def finish_release_many(self, block_ids: list[int]) -> None:
+        """``finish_release`` for each block: the core's to the ring, the elastic ones to the heap."""
+        for block_id in block_ids:
+            self.finish_release(block_id)
 
     def free_ids(self) -> list[int]:
         """The free queue in hand-out order: the core ring, then the elastic ids ascending."""

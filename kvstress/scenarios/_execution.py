@@ -278,6 +278,7 @@ def draw_scenario(config: ScenarioConfig, seed: int) -> Scenario:
         length=config.length,
         cancel=config.is_async,
         blocks=config.num_blocks,
+        batch=callable(getattr(config.factory, "acquire_many", None)),
     )
 
 

@@ -11,7 +11,9 @@ A step is ``(kind, argument)``, as ``Scenarios.run_program`` runs it:
 - ``("sleep", seconds)``: sleep (virtual time moves, the others run);
 - ``("wait", seconds)``: unless the worker holds a block, park until a peer shares one with it,
   at most ``seconds``;
-- ``("cancel", peer)``: (async) cancel ``peer``'s acquire if one is in flight.
+- ``("cancel", peer)``: (async) cancel ``peer``'s acquire if one is in flight;
+- ``("acquire_many", [n, timeout])``: (pools with the optional ``acquire_many``) take n blocks
+  at once, with a finite timeout; each is marked in use and given a fresh canary.
 
 Acquires always have a finite timeout: a worker waiting forever for a block another worker keeps
 until its program ends would be a deadlock of the scenario, not of the pool. Blocks still held
@@ -27,7 +29,7 @@ from typing import Any
 Step = tuple[str, Any]
 Program = tuple[Step, ...]
 
-STEP_KINDS = ("acquire", "release", "share", "verify", "pause", "sleep", "wait", "cancel")
+STEP_KINDS = ("acquire", "release", "share", "verify", "pause", "sleep", "wait", "cancel", "acquire_many")
 
 TIMEOUTS = (0.0, 0.01, 0.05, 0.2)
 """The acquire timeouts a generated step draws from, in seconds."""
@@ -49,6 +51,7 @@ HANDOFF_WAIT = 0.05
 """Seconds a peer of the shared opening waits for its reference before it goes on without."""
 
 _WEIGHTS = {"acquire": 34, "release": 26, "share": 10, "verify": 10, "pause": 12, "cancel": 8}
+_BATCH_WEIGHT = 12  # acquire_many's, drawn only for a pool that has it (other draws unchanged)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class Scenario:
             for program in self.programs
             for kind, arg in program
             if kind in ("acquire", "sleep", "wait")
-        )
+        ) + sum(float(arg[1]) for program in self.programs for kind, arg in program if kind == "acquire_many")
 
     def to_json(self) -> list[list[list[Any]]]:
         """A JSON-ready form."""
@@ -102,9 +105,11 @@ class Scenario:
         return cls(tuple(programs))
 
 
-def generate(rng: random.Random, *, workers: int, length: int, cancel: bool, blocks: int = 2) -> Scenario:
+def generate(
+    rng: random.Random, *, workers: int, length: int, cancel: bool, blocks: int = 2, batch: bool = False
+) -> Scenario:
     """Draw ``workers`` programs of ``length`` steps each; ``cancel`` allows cancel steps (async);
-    ``blocks`` is the pool's size.
+    ``blocks`` is the pool's size; ``batch`` allows acquire_many steps (a pool that has it).
 
     Mostly, every program starts with an acquire, so each worker holds something to share and
     release. One scenario in ``SHARED_SHARE`` starts from one block shared by all: worker 0
@@ -128,6 +133,8 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool, blo
         raise ValueError(f"length must be an int >= 1, got {length!r}")
     kinds = [k for k in _WEIGHTS if cancel or k != "cancel"]
     weights = [_WEIGHTS[k] for k in kinds]
+    if batch:
+        kinds, weights = [*kinds, "acquire_many"], [*weights, _BATCH_WEIGHT]
     opening = rng.random()
     shared = workers > 1 and length >= 3 and opening < SHARED_SHARE
     together = rng.random() < 0.5
@@ -146,17 +153,19 @@ def generate(rng: random.Random, *, workers: int, length: int, cancel: bool, blo
         else:
             steps = [("acquire", rng.choice(TIMEOUTS))]
         while len(steps) < length:
-            steps.append(_draw(rng, rng.choices(kinds, weights)[0], me, workers))
+            steps.append(_draw(rng, rng.choices(kinds, weights)[0], me, workers, blocks))
         programs.append(tuple(steps))
     return Scenario(tuple(programs))
 
 
-def draw(rng: random.Random, *, workers: int, length: int, cancel: bool, blocks: int = 2) -> Scenario:
+def draw(
+    rng: random.Random, *, workers: int, length: int, cancel: bool, blocks: int = 2, batch: bool = False
+) -> Scenario:
     """``generate``, but one scenario in ``SMALL_SHARE`` has two workers of three steps (when
     ``workers`` and ``length`` are larger than that)."""
     if workers > 2 and length > 3 and rng.random() < SMALL_SHARE:
         workers, length = 2, 3
-    return generate(rng, workers=workers, length=length, cancel=cancel, blocks=blocks)
+    return generate(rng, workers=workers, length=length, cancel=cancel, blocks=blocks, batch=batch)
 
 
 def _drain_opening(rng: random.Random, me: int, blocks: int, together: bool) -> list[Step]:
@@ -176,9 +185,11 @@ def _shared_opening(rng: random.Random, me: int, workers: int, together: bool) -
     return [("wait", HANDOFF_WAIT), *settle, ("release", None)]
 
 
-def _draw(rng: random.Random, kind: str, me: int, workers: int) -> Step:
+def _draw(rng: random.Random, kind: str, me: int, workers: int, blocks: int) -> Step:
     if kind == "acquire":
         return ("acquire", rng.choice(TIMEOUTS))
+    if kind == "acquire_many":
+        return ("acquire_many", [rng.randint(1, max(1, min(blocks, 3))), rng.choice(TIMEOUTS)])
     if kind in ("share", "cancel"):
         peers = [p for p in range(workers) if p != me] or [me]
         return (kind, rng.choice(peers))
@@ -193,4 +204,6 @@ def _step_text(step: Step) -> str:
         return f"{kind}(b{arg})"
     if kind in ("acquire", "pause", "sleep", "wait"):
         return f"{kind}({arg:g})"
+    if kind == "acquire_many":
+        return f"acquire_many({arg[0]}, {arg[1]:g})"
     return kind
