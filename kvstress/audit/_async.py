@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
@@ -35,6 +35,23 @@ class AsyncAuditedPool(AuditCore):
             self._failed(op, error)
             raise
         return self._end_acquire(op, holder, inner)
+
+    @property
+    def acquire_many(self) -> Callable[..., Any]:
+        """The pool's acquire_many, audited: each of the ``n`` blocks is checked as ``acquire``
+        checks its block. Absent (AttributeError) where the pool has none."""
+        if getattr(self.pool, "acquire_many", None) is None:
+            raise AttributeError("acquire_many")
+        return self._acquire_many
+
+    async def _acquire_many(self, n: int, timeout: float | None = None) -> list[AuditedBlock] | None:
+        op, holder = self._begin_acquire_many(n, timeout)
+        try:
+            inners = await self.pool.acquire_many(n, timeout)
+        except BaseException as error:
+            self._failed(op, error)
+            raise
+        return self._end_acquire_many(op, holder, inners)
 
     async def release(self, block: AuditedBlock) -> bool:
         """The pool's release, refused (InvariantViolation) through a stale handle."""

@@ -19,6 +19,10 @@ from kvstress.audit._quiet import QuietCheck
 from kvstress.audit._report import block_table, capture_stack, describe_lease, leak_message
 from kvstress.pool._state import HELD_STATES
 
+_HANDLE_CALLS = frozenset({"acquire_many", "mark_in_use_many"})
+"""The pool's own calls that take or return block handles: never forwarded unaudited (the audit
+has ``acquire_many`` where the pool has it; the others are absent, so callers fall back to the
+audited one-block calls)."""
 PROTOCOL = ("num_blocks", "acquire", "mark_in_use", "retain", "release", "free_count", "free_ids")
 
 
@@ -87,6 +91,46 @@ class AuditCore:
         if quiet is not None:
             self._quiet.run(quiet)
         return AuditedBlock(self, lease)
+
+    def _begin_acquire_many(self, n: Any, timeout: Any) -> tuple[Op, str]:
+        if self._closed:
+            self.check_open("acquire_many")
+        holder = self._holder()
+        with self._ledger.lock:
+            return self._ledger.begin(holder, "acquire_many", {"n": n, "timeout": timeout}), holder
+
+    def _end_acquire_many(self, op: Op, holder: str, inners: Any) -> list[AuditedBlock] | None:
+        """Record what acquire_many returned: None, or ``n`` blocks, each checked as ``acquire``
+        checks its block (nobody's, all zero)."""
+        ledger = self._ledger
+        if inners is None:
+            with ledger.lock:
+                ledger.end(op, "info", None)
+            return None
+        inners = list(inners)
+        n = op[3]["n"]
+        stack = capture_stack(self._stack_limit, 2) if self._stack_limit else ()
+        with ledger.lock:
+            taken = [(inner, *ledger.take(inner.id, inner, holder, stack)) for inner in inners]
+            ledger.end(op, "ok", [inner.id for inner in inners])
+        if len(inners) != n:
+            raise self.violation(
+                "lost-block",
+                f"the pool's acquire_many({n}) handed {holder} {len(inners)} blocks (a pool bug)",
+            )
+        blocks = []
+        for inner, lease, clash, previous in taken:
+            if clash is not None:
+                raise self.violation(
+                    "shared-block",
+                    f"the pool's acquire_many handed {holder} block {inner.id}, which is still held: "
+                    f"{describe_lease(clash)} (a pool bug)",
+                )
+            lease.view = view = view_of(inner)
+            if is_zero(view) is False:
+                raise self.violation(*dirty_read(inner, holder, previous))
+            blocks.append(AuditedBlock(self, lease))
+        return blocks
 
     def _failed(self, op: Op, error: BaseException) -> None:
         """A pool call raised (or was cancelled): record it; the error goes on to the caller."""
@@ -330,6 +374,6 @@ class AuditCore:
     def __getattr__(self, name: str) -> Any:
         # Anything beyond the protocol (metrics, dump, block_shape...) is the pool's own; calls
         # made through it are not audited.
-        if name.startswith("__") or name == "pool":
+        if name.startswith("__") or name == "pool" or name in _HANDLE_CALLS:
             raise AttributeError(name)
         return getattr(self.pool, name)
