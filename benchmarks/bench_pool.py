@@ -10,7 +10,8 @@ measured here, never an absolute time: numbers move with the machine, ratios muc
    a bare ``collections.deque`` popleft/append (the interpreter's floor). Then the batched forms,
    per block: 32 acquires then one ``release_many``, and one ``acquire_many(32)``, a
    ``mark_in_use`` each, one ``release_many`` (a request's block table, as a server takes and
-   frees it). Then two threads contending.
+   frees it); and the same with one ``mark_in_use_many`` for the batch (our pools' optional
+   batched mark). Then two threads contending.
 2. Async: ours against an anyio Semaphore + deque pool, on asyncio (the two alternate, repeat
    by repeat).
 3. Scale: building 1,000,000 blocks, bookkeeping bytes per block beyond the block memory
@@ -141,6 +142,17 @@ def ours_many(pool: ThreadedBlockPool) -> Callable[[int], None]:
     return run
 
 
+def ours_many_marked(pool: ThreadedBlockPool) -> Callable[[int], None]:
+    def run(n: int) -> None:
+        acquire_many, mark_many, release_many = pool.acquire_many, pool.mark_in_use_many, pool.release_many
+        for _ in range(n // BATCH):
+            blocks = acquire_many(BATCH)
+            mark_many(blocks)  # type: ignore[arg-type]
+            release_many(blocks)  # type: ignore[arg-type]
+
+    return run
+
+
 def seed_pairs(pool: SeedPool) -> Callable[[int], None]:
     def run(n: int) -> None:
         acquire, release = pool.acquire, pool.release
@@ -172,19 +184,21 @@ def contended(run: Callable[[int], None], threads: int) -> float:
 
 
 def row(name: str, rate: float, reference: float, target: str = "") -> None:
-    print(f"   {name:<44} {rate:>13,.0f} {rate / reference:>8.2f}x  {target}")
+    print(f"   {name:<58} {rate:>13,.0f} {rate / reference:>8.2f}x  {target}")
 
 
 def bench_threads(device: str) -> None:
     print(f"1. Threads: pairs/s, block {SHAPE} float32 on {device}, reset included")
-    print(f"   {'':<44} {'pairs/s':>13} {'vs seed':>9}")
+    print(f"   {'':<58} {'pairs/s':>13} {'vs seed':>9}")
     ours, seed = ThreadedBlockPool(1024, SHAPE, device=device), SeedPool(1024, SHAPE, device)
     runs = [seed_pairs(seed), deque_floor, ours_pairs(ours), ours_batched(ours), ours_many(ours)]
-    seed_rate, floor, ours_rate, batched, many = best_rates(runs, PAIRS)
+    runs.append(ours_many_marked(ours))
+    seed_rate, floor, ours_rate, batched, many, many_marked = best_rates(runs, PAIRS)
     row("seed-style pool (deque, zero_ per block)", seed_rate, seed_rate)
     row("ours: acquire + mark_in_use + release", ours_rate, seed_rate, "target >= 3x")
     row(f"ours: {BATCH} acquires, marks, one release_many", batched, seed_rate, "(per block)")
     row(f"ours: acquire_many({BATCH}), marks, release_many", many, seed_rate, "per block, target >= 3x")
+    row(f"ours: acquire_many({BATCH}), mark_in_use_many, release_many", many_marked, seed_rate, "(per block)")
     row("collections.deque popleft + append (floor)", floor, seed_rate)
     print(f"   ours / floor: {ours_rate / floor:.1%} single, {batched / floor:.1%} batched (target >= 5%)")
     seed_2 = contended(seed_pairs(seed), 2)
@@ -218,7 +232,7 @@ def bench_async(device: str) -> None:
         return (PAIRS // 10) / best[0], (PAIRS // 10) / best[1]
 
     ours_rate, plain_rate = anyio.run(measure)
-    print(f"   {'':<44} {'pairs/s':>13} {'vs plain':>9}")
+    print(f"   {'':<58} {'pairs/s':>13} {'vs plain':>9}")
     row("anyio Semaphore + deque pool", plain_rate, plain_rate)
     row("ours (AsyncBlockPool, with mark_in_use)", ours_rate, plain_rate, "target >= 1.0x")
 
@@ -268,10 +282,10 @@ def bench_reset(device: str) -> None:
 
     copy = timed(lambda: target.copy_(source))
     single, many = timed(one_by_one), timed(batched)
-    print(f"   {'':<44} {'GB/s':>13} {'vs copy':>9}")
-    print(f"   {'torch copy_ of the same bytes':<44} {copy:>13.1f} {1.0:>8.2f}x")
-    print(f"   {'release, one block at a time':<44} {single:>13.1f} {single / copy:>8.2f}x")
-    print(f"   {'release_many (one reset for all)':<44} {many:>13.1f} {many / copy:>8.2f}x  target >= 0.70x")
+    print(f"   {'':<58} {'GB/s':>13} {'vs copy':>9}")
+    print(f"   {'torch copy_ of the same bytes':<58} {copy:>13.1f} {1.0:>8.2f}x")
+    print(f"   {'release, one block at a time':<58} {single:>13.1f} {single / copy:>8.2f}x")
+    print(f"   {'release_many (one reset for all)':<58} {many:>13.1f} {many / copy:>8.2f}x  target >= 0.70x")
 
 
 def sync(device: str) -> None:

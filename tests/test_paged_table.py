@@ -124,6 +124,14 @@ class _CountingPool(kvstress.ThreadedBlockPool):
         self.calls.append(f"acquire_many({n})")
         return super().acquire_many(n, timeout)
 
+    def mark_in_use(self, block: kvstress.Block) -> None:
+        self.calls.append("mark_in_use")
+        super().mark_in_use(block)
+
+    def mark_in_use_many(self, blocks: list[kvstress.Block]) -> None:  # type: ignore[override]
+        self.calls.append(f"mark_in_use_many({len(blocks)})")
+        super().mark_in_use_many(blocks)
+
     def release(self, block: kvstress.Block) -> bool:
         self.calls.append("release")
         return super().release(block)
@@ -134,15 +142,33 @@ class _CountingPool(kvstress.ThreadedBlockPool):
 
 
 def test_a_prompt_takes_its_blocks_in_one_call_and_a_free_returns_them_in_one() -> None:
-    """allocate takes a 5-token prompt's 3 blocks with one acquire_many; free, one release_many."""
+    """allocate takes a 5-token prompt's 3 blocks with one acquire_many and marks them with one
+    mark_in_use_many; free returns them with one release_many."""
     pool = kvstress.pool_for_model(_CountingPool, CARD, 8, block_tokens=2, device="cpu")
     m = BlockManager(pool, SHAPE, policy=PagingPolicy(queue_timeout_s=0), prefix_caching=False)  # type: ignore[arg-type]
     kv = prompt_kv([1, 2, 3, 4, 5], TOKEN_SHAPE)
     table = m.allocate([1, 2, 3, 4, 5], kv)
-    assert torch.equal(table.kv(), kv) and pool.calls == ["acquire_many(3)"]
+    assert torch.equal(table.kv(), kv) and pool.calls == ["acquire_many(3)", "mark_in_use_many(3)"]
     assert all(b.state.name == "IN_USE" for b in table.blocks)  # type: ignore[attr-defined]
     table.free()
-    assert pool.calls == ["acquire_many(3)", "release_many(3)"] and pool.free_count() == 8
+    assert pool.calls[2:] == ["release_many(3)"] and pool.free_count() == 8
+
+
+class _NoBatchMarkPool(_CountingPool):
+    """Our pool without the optional mark_in_use_many (as another pool might be)."""
+
+    mark_in_use_many = None  # type: ignore[assignment]
+
+
+def test_a_pool_without_mark_in_use_many_gets_one_mark_per_block() -> None:
+    """A pool with acquire_many but no mark_in_use_many has each fresh block marked by itself."""
+    pool = kvstress.pool_for_model(_NoBatchMarkPool, CARD, 8, block_tokens=2, device="cpu")
+    m = BlockManager(pool, SHAPE, policy=PagingPolicy(queue_timeout_s=0), prefix_caching=False)  # type: ignore[arg-type]
+    kv = prompt_kv([1, 2, 3, 4, 5], TOKEN_SHAPE)
+    table = m.allocate([1, 2, 3, 4, 5], kv)
+    assert torch.equal(table.kv(), kv)
+    assert pool.calls == ["acquire_many(3)", "mark_in_use", "mark_in_use", "mark_in_use"]
+    assert all(b.state.name == "IN_USE" for b in table.blocks)  # type: ignore[attr-defined]
 
 
 def test_a_batched_prompt_waits_for_all_its_blocks_or_takes_none() -> None:

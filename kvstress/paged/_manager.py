@@ -18,7 +18,7 @@ import torch
 from kvstress._checks import got
 from kvstress._errors import PoolExhausted
 from kvstress._log import get_logger
-from kvstress.paged._batch import acquire_batch, batches, release_all
+from kvstress.paged._batch import acquire_batch, batches, mark_all, release_all
 from kvstress.paged._cache import PrefixCache
 from kvstress.paged._hash import block_hash, chain_hashes
 from kvstress.paged._inputs import check_block_shape, check_kv, check_tokens
@@ -237,8 +237,7 @@ class BlockManager:
                 f"no {n} free blocks within {self.policy.queue_timeout_s} s "
                 f"({self.pool.num_blocks} blocks, policy {self.policy.mode.value})"
             )
-        for block in blocks:
-            self.pool.mark_in_use(block)
+        mark_all(self.pool, blocks)
         return blocks
 
     def _writable_tail(self, table: BlockTable) -> BlockHandle:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, ClassVar
 
 import torch
@@ -25,6 +27,10 @@ from kvstress.pool._state import BlockState
 from kvstress.pool._storage import BlockStorage, make_storage
 
 log = get_logger("kvstress.pool")
+
+_ACQUIRED, _IN_USE = int(BlockState.ACQUIRED), int(BlockState.IN_USE)
+# C-level reads of a batch of handles (one pass each, no Python frame per block)
+_core_of, _id_of, _generation_of = attrgetter("_core"), attrgetter("id"), attrgetter("generation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,7 @@ class PoolBase:
         )
         self._storage = self._make_storage()
         self._core = self._make_core(tracker)
+        self._states = self._core.states  # the core's state bytes (one object for the pool's life)
         self._lock: AbstractContextManager[Any] = nullcontext()
         self._setup()
 
@@ -101,8 +108,24 @@ class PoolBase:
         core = self._core
         if type(block) is not Block or block._core is not core:  # the hot path skips a call
             self._unwrap(block)  # raises
+        block_id, states = block.id, self._states
         with self._lock:
-            core.mark_in_use(block.id, block.generation)
+            # The core's compare-and-set, inlined (a batch marks each of its blocks: this is
+            # per block); where either check fails the core's own call raises, saying which.
+            if states[block_id] != _ACQUIRED or core.generations[block_id] != block.generation:
+                core.mark_in_use(block_id, block.generation)
+            states[block_id] = _IN_USE
+
+    def mark_in_use_many(self, blocks: Sequence[Block]) -> None:
+        """``mark_in_use`` for each block (a table's fresh blocks), in one lock section.
+
+        All or nothing: where any block is not ACQUIRED and held through that handle, or is
+        listed twice, raises InvalidTransition (as ``mark_in_use``) and marks none. An optional
+        member of the protocol: ours only.
+        """
+        block_ids, gens = self._unwrap_many(blocks)  # misuse raises before any change
+        with self._lock:
+            self._core.mark_in_use_many(block_ids, gens)
 
     def retain(self, block: Block) -> None:
         """Share a held block: refcount += 1. Raises InvalidTransition on a block not held."""
@@ -188,8 +211,10 @@ class PoolBase:
             core.leaks.scan(now)
         if storage.orders_streams:  # CUDA: the taker's stream waits for the resets
             storage.hand_out_many(block_ids)
-        generations = core.generations
-        return [Block(core, storage, block_id, generations[block_id]) for block_id in block_ids]
+        count = len(block_ids)  # the core gave the whole batch one tenancy: one generation
+        generation = core.generations[block_ids[0]] if count else 0
+        cores, storages, generations = repeat(core, count), repeat(storage, count), repeat(generation, count)
+        return list(map(Block, cores, storages, block_ids, generations))
 
     def _handle(self, block_id: int) -> Block:
         storage = self._storage
@@ -208,9 +233,10 @@ class PoolBase:
     def _unwrap_many(self, blocks: Sequence[Block]) -> tuple[list[int], list[int]]:
         """The ids and the generations of the blocks; raises, as ``_unwrap``, before anything
         changes."""
-        core = self._core
-        if all(type(block) is Block and block._core is core for block in blocks):  # the hot path
-            return [block.id for block in blocks], [block.generation for block in blocks]
+        core, count = self._core, len(blocks)
+        # the hot path, by C-level passes: every handle exactly a Block of this pool
+        if list(map(type, blocks)).count(Block) == count and list(map(_core_of, blocks)).count(core) == count:
+            return list(map(_id_of, blocks)), list(map(_generation_of, blocks))
         pairs = [self._unwrap(block) for block in blocks]
         return [i for i, _ in pairs], [g for _, g in pairs]
 

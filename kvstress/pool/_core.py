@@ -30,6 +30,7 @@ _RELEASING = int(BlockState.RELEASING)
 
 
 _ACQUIRED_BYTE = bytes([_ACQUIRED])
+_IN_USE_BYTE = bytes([_IN_USE])
 _RELEASING_BYTE = bytes([_RELEASING])
 _HELD_BYTES = bytes([_ACQUIRED, _IN_USE])
 _ONE = array("i", [1])
@@ -153,6 +154,38 @@ class PoolCore:
         if self._state[block_id] != _ACQUIRED:
             raise self._refused(block_id, _ACQUIRED, _IN_USE, "mark_in_use")
         self._state[block_id] = _IN_USE
+
+    def mark_in_use_many(self, block_ids: list[int], gens: list[int]) -> None:
+        """``mark_in_use`` for each block (of generation ``gens[i]``), all or nothing: where any
+        block is not ACQUIRED by that tenant, or is listed twice, raises as ``mark_in_use`` would
+        (the first such block) and changes no state."""
+        count = len(block_ids)
+        if not count:
+            return
+        first, state = block_ids[0], self._state
+        end = first + count
+        if (  # the hot path: a run (no id twice), all ACQUIRED, all of the batch's tenancy
+            _is_run(block_ids)
+            and state.count(_ACQUIRED, first, end) == count
+            and self.generations[first:end] == array("Q", gens)
+        ):
+            state[first:end] = _IN_USE_BYTE * count
+            return
+        seen: set[int] = set()
+        for block_id, generation in zip(block_ids, gens, strict=True):
+            self._check_tenant(block_id, generation, "mark_in_use_many")
+            if state[block_id] != _ACQUIRED:
+                raise self._refused(block_id, _ACQUIRED, _IN_USE, "mark_in_use_many")
+            if block_id in seen:
+                raise InvalidTransition(
+                    block_id,
+                    self.state_name(block_id),
+                    "mark_in_use_many (ACQUIRED -> IN_USE)",
+                    "listed twice: its second mark would find it IN_USE",
+                )
+            seen.add(block_id)
+        for block_id in block_ids:  # all checked: now, and only now, change them
+            state[block_id] = _IN_USE
 
     def retain(self, block_id: int, generation: int) -> None:
         """One more reference to a held block (prefix sharing)."""
@@ -278,6 +311,12 @@ class PoolCore:
         return True
 
     # -- reading --------------------------------------------------------------------------
+
+    @property
+    def states(self) -> bytearray:
+        """Every block's state as a byte (a BlockState value); the same object for the core's
+        life, changed only by the core, under the pool's lock or on its loop."""
+        return self._state
 
     def state(self, block_id: int) -> BlockState:
         """The block's state now."""

@@ -153,16 +153,15 @@ class LeakTracker:
     def on_release_many(self, block_ids: list[int], now: float, *, run: bool = False) -> None:
         """``on_release`` for a batch (one set test when none of them is tracked; ``run`` as in
         ``on_acquire_many``)."""
-        holders = self.holders
-        if self.tracked.isdisjoint(block_ids):
-            if run:
-                holders[block_ids[0] : block_ids[0] + len(block_ids)] = [None] * len(block_ids)
-                return
-            for block_id in block_ids:
-                holders[block_id] = None
+        tracked, holders = self.tracked, self.holders
+        if not tracked.isdisjoint(block_ids):  # a sampled or watched block: its full record
+            for block_id in [block_id for block_id in block_ids if block_id in tracked]:
+                self.on_release(block_id, now)
+        if run:  # the others only forget their holder
+            holders[block_ids[0] : block_ids[0] + len(block_ids)] = [None] * len(block_ids)
             return
         for block_id in block_ids:
-            self.on_release(block_id, now)
+            holders[block_id] = None
 
     def scan(self, now: float) -> list[LeakSuspect]:
         """Report, once each, the blocks held longer than the threshold. Amortised O(1)."""
