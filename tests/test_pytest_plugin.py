@@ -88,19 +88,14 @@ class GoodPool:
         return [b.id for b in self._free]
 
 
-class ResetAfterOfferPool(GoodPool):
+class DoubleReleasePool(GoodPool):
+    # The sequential contract catches this one in its fixed program, right after the first short
+    # slice: found within any budget, whatever the machine's load (a race may need longer).
     def release(self, block):
         with self._lock:
             if block.refcount < 1:
-                return False
-            block.refcount -= 1
-            if block.refcount:
-                return False
-            block.state = BlockState.FREE
-            self._free.append(block)
-            self._not_empty.notify()
-        block.data.zero_()
-        return True
+                return True  # BUG: a double release claims to have returned the block
+        return super().release(block)
 """
 
 FUZZ_TESTS = """
@@ -117,7 +112,7 @@ def test_own_pool(kvstress):
 
 
 def test_broken_pool(kvstress):
-    kvstress.check(ResetAfterOfferPool)
+    kvstress.check(DoubleReleasePool)
 
 
 def test_local_factory_is_refused(kvstress):
