@@ -77,10 +77,19 @@ class AuditCore:
             lease, clash, previous = ledger.take(block_id, inner, holder, stack)
             ledger.end(op, "ok", block_id)
             quiet = None if ledger.in_flight else self._quiet.due()
+        block = self._handed("acquire", holder, inner, lease, clash, previous)
+        if quiet is not None:
+            self._quiet.run(quiet)
+        return block
+
+    def _handed(
+        self, call: str, holder: str, inner: Any, lease: Lease, clash: Lease | None, previous: Lease | None
+    ) -> AuditedBlock:
+        """A block ``call`` handed out, checked: nobody else's, and all zero."""
         if clash is not None:
             raise self.violation(
                 "shared-block",
-                f"the pool's acquire handed {holder} block {block_id}, which is still held: "
+                f"the pool's {call} handed {holder} block {inner.id}, which is still held: "
                 f"{describe_lease(clash)} (a pool bug)",
             )
         # No holder can write before this returns, and the previous one released it: any
@@ -88,8 +97,6 @@ class AuditCore:
         lease.view = view = view_of(inner)  # kept to the release: its memory stays allocated
         if is_zero(view) is False:
             raise self.violation(*dirty_read(inner, holder, previous))
-        if quiet is not None:
-            self._quiet.run(quiet)
         return AuditedBlock(self, lease)
 
     def _begin_acquire_many(self, n: Any, timeout: Any) -> tuple[Op, str]:
@@ -118,19 +125,7 @@ class AuditCore:
                 "lost-block",
                 f"the pool's acquire_many({n}) handed {holder} {len(inners)} blocks (a pool bug)",
             )
-        blocks = []
-        for inner, lease, clash, previous in taken:
-            if clash is not None:
-                raise self.violation(
-                    "shared-block",
-                    f"the pool's acquire_many handed {holder} block {inner.id}, which is still held: "
-                    f"{describe_lease(clash)} (a pool bug)",
-                )
-            lease.view = view = view_of(inner)
-            if is_zero(view) is False:
-                raise self.violation(*dirty_read(inner, holder, previous))
-            blocks.append(AuditedBlock(self, lease))
-        return blocks
+        return [self._handed("acquire_many", holder, *checked) for checked in taken]
 
     def _failed(self, op: Op, error: BaseException) -> None:
         """A pool call raised (or was cancelled): record it; the error goes on to the caller."""
