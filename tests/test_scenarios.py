@@ -196,6 +196,21 @@ def test_planted_async_bugs_are_found_on_trio(factory: type) -> None:
     assert result.failure.violation.invariant in expected, result.failure.describe()
 
 
+def test_an_abandoned_trio_run_stops_burning_a_core() -> None:
+    """A run blocked for good behind a shielded wait is abandoned on its thread; that thread
+    then sleeps. It used to spin in trio's autojumper for the rest of the process, slowing every
+    later run, and its draws from trio's RNG broke the replay of later trio schedules."""
+    import time
+
+    config = config_for(broken.AsyncHangPool, backend="trio")
+    result = search(config, RandomScheduler(seed=3), max_executions=300, shrink=False)
+    assert result.failure is not None and result.failure.violation.invariant == "hang"
+    time.sleep(0.05)  # the abandoned thread reaches its next idle wait
+    cpu0 = time.process_time()
+    time.sleep(0.3)
+    assert time.process_time() - cpu0 < 0.1
+
+
 def test_a_trio_failure_replays_from_its_schedule() -> None:
     """On trio the schedule holds one seed, and replaying it repeats the run exactly."""
     config = config_for(broken.AsyncCancelLeakPool, backend="trio")

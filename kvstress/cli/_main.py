@@ -19,6 +19,7 @@ from typing import NoReturn, Protocol
 import kvstress
 from kvstress.cli import _bench, _fuzz, _mutants, _plan, _replay, _report, _shadow
 from kvstress.cli._parser import Parser, ParserExit, UsageError
+from kvstress.harness._cpu import STALL_METER
 
 _PROG = "kvstress"
 
@@ -69,7 +70,9 @@ def entry() -> NoReturn:
     lingers, everything is flushed and the process leaves at once.
     """
     status = main()
-    if any(t.is_alive() for t in threading.enumerate() if t is not threading.main_thread()):
+    # The stall meter's heartbeat only sleeps: the interpreter ends it safely.
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    if any(t.is_alive() and t.name != STALL_METER for t in others):
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):  # a closed pipe: no reader is left

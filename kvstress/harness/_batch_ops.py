@@ -14,7 +14,6 @@ from typing import Any
 
 from kvstress import checkers
 from kvstress._violation import InvariantViolation
-from kvstress.harness._cpu import gc_wall_seconds
 from kvstress.harness._operations import Operations
 
 
@@ -30,10 +29,10 @@ class BatchOperations(Operations):
         """acquire_many, then: None, or n distinct valid ids nobody holds, each ACQUIRED with
         refcount 1 and zeros; timing as acquire's; alone, a try-once with n free is not None."""
         index = self.history.begin(holder, "acquire_many", {"n": n, "timeout": timeout}, self._stamp())
-        start, gc0 = self._now(), gc_wall_seconds()
+        start, excused0 = self._now(), self._excused_now()
         blocks = await self._call(index, "acquire_many", self.pool.acquire_many, n, timeout)
         elapsed = self._now() - start
-        busy = elapsed - self._gc_since(gc0)
+        busy = elapsed - self._excused_since(excused0)
         if blocks is None:
             self.history.end(index, self._stamp(), "info", None, {"elapsed_s": elapsed})
             checkers.check_timeout(timeout, False, elapsed, busy, self.backoff_bound, self.timing)

@@ -22,7 +22,7 @@ from kvstress import checkers
 from kvstress._interrupts import passes_through
 from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
-from kvstress.harness._cpu import gc_wall_seconds, thread_cpu_without_gc
+from kvstress.harness._cpu import excused_wall_seconds, thread_cpu_without_gc
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import LoopThread, Suspensions, ThreadWorker
@@ -56,12 +56,12 @@ class Operations:
     async def op_acquire(self, holder: str, timeout: float | None) -> int | None:
         """acquire, then: a valid id nobody holds, ACQUIRED, refcount 1, zeros, timing."""
         index = self.history.begin(holder, "acquire", {"timeout": timeout}, self._stamp())
-        cpu0, start, gc0, releases0 = self._cpu(), self._now(), gc_wall_seconds(), self.release_calls
+        cpu0, start, excused0, releases0 = self._cpu(), self._now(), self._excused_now(), self.release_calls
         block, suspensions = await self._call(index, "acquire", self.pool.acquire, timeout, count=True)
         elapsed, cpu = self._now() - start, self._cpu_since(cpu0)
-        # Lateness is judged without garbage collection (no Python code, the pool's included,
-        # runs meanwhile); earliness and CPU per second waited on the plain wall clock.
-        busy = elapsed - self._gc_since(gc0)
+        # Lateness is judged without garbage collection or OS stalls (no Python code, the
+        # pool's included, runs meanwhile); earliness and CPU per second waited on the plain wall clock.
+        busy = elapsed - self._excused_since(excused0)
         if suspensions is not None:
             # Each release may wake a waiter that then loses the block to another: those
             # wake-ups are earned. Only the ones no release explains can be spinning.
@@ -305,9 +305,15 @@ class Operations:
             now = self._last_stamp = max(now, math.nextafter(self._last_stamp, math.inf))
         return now
 
-    def _gc_since(self, gc0: float) -> float:
-        """Wall seconds of garbage collection since ``gc0``; none counts on a virtual clock."""
-        return 0.0 if self.virtual_time else gc_wall_seconds() - gc0
+    def _excused_now(self) -> float:
+        """``excused_wall_seconds``; 0.0 on a virtual clock, where nothing is excused (and no
+        heartbeat thread may start under a scheduler)."""
+        return 0.0 if self.virtual_time else excused_wall_seconds()
+
+    def _excused_since(self, excused0: float) -> float:
+        """Wall seconds since ``excused0`` in which no Python code could run (collections, OS
+        stalls): a slow answer is not blamed for them."""
+        return self._excused_now() - excused0
 
     def _cpu(self) -> float | None:
         return None if self.is_async or self.virtual_time else thread_cpu_without_gc()

@@ -14,7 +14,6 @@ import anyio
 from kvstress import checkers
 from kvstress._violation import InvariantViolation
 from kvstress.harness._batch_ops import BatchOperations
-from kvstress.harness._cpu import gc_wall_seconds
 from kvstress.harness._runner import CallHung, run_to_completion
 
 
@@ -46,13 +45,13 @@ class Scenarios(BatchOperations):
         self._worker(releaser).call(
             lambda: run_to_completion(self.op_release(releaser, block_id)), self._bound(0)
         )
-        freed_at, gc0 = self._now(), gc_wall_seconds()
+        freed_at, excused0 = self._now(), self._excused_now()
         try:
             result, answered_at = future.result(timeout=self._bound(patience))
         except TimeoutError:
             self._worker(waiter).stuck = True
             raise CallHung(f"{waiter}: acquire(timeout={patience:g}) did not return") from None
-        waited = answered_at - freed_at - self._gc_since(gc0)
+        waited = answered_at - freed_at - self._excused_since(excused0)
         checkers.check_woken(result is not None, waited, self.backoff_bound, self.timing)
         return result
 
@@ -76,14 +75,14 @@ class Scenarios(BatchOperations):
                 tg.start_soon(wait)
                 await anyio.sleep(park)
                 await self.op_release(releaser, block_id)
-                freed_at, gc0 = self._now(), gc_wall_seconds()
+                freed_at, excused0 = self._now(), self._excused_now()
                 if cancel:
                     scope.cancel()
         except BaseExceptionGroup as group:
             raise first_violation(group) from None
         if cancel or not got:
             return got[0] if got else None
-        waited = answered_at[0] - freed_at - self._gc_since(gc0)
+        waited = answered_at[0] - freed_at - self._excused_since(excused0)
         checkers.check_woken(got[0] is not None, waited, self.backoff_bound, self.timing)
         return got[0]
 
@@ -113,14 +112,14 @@ class Scenarios(BatchOperations):
                 await anyio.sleep(park)
                 for block_id in block_ids:
                     await self.op_release(releaser, block_id)
-                freed_at, gc0 = self._now(), gc_wall_seconds()
+                freed_at, excused0 = self._now(), self._excused_now()
                 if cancel:
                     scope.cancel()
         except BaseExceptionGroup as group:
             raise first_violation(group) from None
         if cancel or not got:
             return got[0] if got else None
-        waited = answered_at[0] - freed_at - self._gc_since(gc0)
+        waited = answered_at[0] - freed_at - self._excused_since(excused0)
         checkers.check_woken(got[0] is not None, waited, self.backoff_bound, self.timing)
         return got[0]
 
@@ -139,13 +138,13 @@ class Scenarios(BatchOperations):
                 lambda b=block_id: run_to_completion(self.op_release(releaser, b)),  # type: ignore[misc]
                 self._bound(0),
             )
-        freed_at, gc0 = self._now(), gc_wall_seconds()
+        freed_at, excused0 = self._now(), self._excused_now()
         try:
             result, answered_at = future.result(timeout=self._bound(patience))
         except TimeoutError:
             self._worker(waiter).stuck = True
             raise CallHung(f"{waiter}: acquire_many({n}, timeout={patience:g}) did not return") from None
-        waited = answered_at - freed_at - self._gc_since(gc0)
+        waited = answered_at - freed_at - self._excused_since(excused0)
         checkers.check_woken(result is not None, waited, self.backoff_bound, self.timing)
         return result
 

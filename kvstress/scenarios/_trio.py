@@ -45,8 +45,20 @@ class _Guard(trio.abc.Instrument):
         self._stepped = False
         self._idle_at = -math.inf
         self._idle_waits = 0
+        self.abandoned = False
+
+    def park(self) -> None:
+        """The harness gave up on this run: its thread stops at its next step or idle wait, for
+        good. Left alone, an idle run spins (the autojumper wakes again and again on a clock with
+        nothing to jump to) and would take a core and the GIL from everything after it."""
+        self.abandoned = True
+
+    def _park_if_abandoned(self) -> None:
+        if self.abandoned:
+            threading.Event().wait()  # nothing sets it: the daemon thread sleeps until exit
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._park_if_abandoned()
         self.steps += 1
         if not task.name.startswith("<"):  # trio's own system tasks (the autojumper) do not count
             self._stepped = True
@@ -59,6 +71,7 @@ class _Guard(trio.abc.Instrument):
     def before_io_wait(self, timeout: float) -> None:
         # Idle with no deadline left, the autojumper wakes and finds nothing to jump to, again
         # and again, while the clock stands still and no task of ours takes a step.
+        self._park_if_abandoned()
         now = trio.current_time()
         if self._stepped or now != self._idle_at:
             self._idle_waits, self._idle_at = 0, now
@@ -115,6 +128,7 @@ def _run_abandonable(run: Callable[[], bool], guard: _Guard, config: ScenarioCon
             interrupt_grace=min(config.stall_timeout, 2.0),  # runs are short: let it end first
         )
     except Abandoned:
+        guard.park()
         raise Deadlock(
             "the trio run is blocked for good: every task waits, no deadline is left, and a "
             "shielded wait keeps cancellation out (its thread is abandoned)"

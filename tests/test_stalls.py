@@ -1,0 +1,99 @@
+"""OS stalls: a process the OS freezes mid-acquire is not a pool that answers late.
+
+A loaded CI machine can keep a process off the CPU for a third of a second in a burst the load
+average never shows; the real-time timing checks once called a correct acquire(timeout=0)
+"late" for it. The freeze here is real (SIGSTOP, then SIGCONT from a child process), longer
+than the load-aware slack, and lands inside the pool's acquire.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from kvstress import AsyncBlockPool, InvariantViolation, PoolDriver, ThreadedBlockPool
+from kvstress.checkers import TimingPolicy
+from kvstress.harness._cpu import excused_wall_seconds
+
+pytestmark = pytest.mark.skipif(
+    sys.platform == "win32" or not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP"
+)
+
+FREEZE_S = 1.0  # past the slack (0.25 s x load per core) on any machine these tests run on
+SLACK = TimingPolicy(slack=0.25)
+
+
+def freeze_process(seconds: float) -> None:
+    """Have a child process stop this one for ``seconds``; returns once it runs again."""
+    pid = os.getpid()
+    child = subprocess.Popen(["sh", "-c", f"kill -STOP {pid}; sleep {seconds}; kill -CONT {pid}"])
+    child.wait()
+
+
+class FreezingThreadedPool(ThreadedBlockPool):
+    """Correct; its try-once acquire is where the OS happens to freeze the process."""
+
+    def acquire(self, timeout: float | None = None) -> Any:
+        if timeout == 0:
+            freeze_process(FREEZE_S)
+        return super().acquire(timeout)
+
+
+class FreezingAsyncPool(AsyncBlockPool):
+    """Correct; the OS freezes the process (and so its event loop) inside a try-once acquire."""
+
+    async def acquire(self, timeout: float | None = None) -> Any:
+        if timeout == 0:
+            freeze_process(FREEZE_S)
+        return await super().acquire(timeout)
+
+
+class OversleepingPool(ThreadedBlockPool):
+    """Planted: on an exhausted pool, sleeps 1.5 s past its timeout before giving up."""
+
+    def acquire(self, timeout: float | None = None) -> Any:
+        got = super().acquire(0)
+        if got is None and timeout is not None:
+            time.sleep(timeout + 1.5)
+        return got
+
+
+def test_a_frozen_process_is_counted_as_excused_time() -> None:
+    """The heartbeat sees the freeze, and an idle stretch is not excused as one."""
+    before = excused_wall_seconds()
+    time.sleep(0.05)  # the heartbeat is running
+    start = time.perf_counter()
+    freeze_process(0.5)
+    frozen = time.perf_counter() - start
+    excused = excused_wall_seconds() - before
+    assert frozen >= 0.5 and excused >= 0.8 * 0.5, (frozen, excused)
+
+
+@pytest.mark.parametrize("factory", [FreezingThreadedPool, FreezingAsyncPool], ids=["threads", "asyncio"])
+def test_a_correct_pool_frozen_by_the_os_inside_acquire_is_not_late(factory: Any) -> None:
+    driver = PoolDriver(factory, num_blocks=2, timing=SLACK)
+    try:
+        got = driver.acquire("w1", 0)
+        assert got is not None
+        driver.release("w1", got)
+    finally:
+        driver.close()
+
+
+def test_a_pool_that_ignores_its_timeout_is_still_late() -> None:
+    """Excusing stalls does not excuse a pool that really answers late."""
+    driver = PoolDriver(OversleepingPool, num_blocks=1, timing=SLACK)
+    try:
+        got = driver.acquire("w1", None)
+        assert got is not None
+        with pytest.raises(InvariantViolation) as caught:
+            driver.acquire("w2", 0.05)
+        assert caught.value.invariant == "timeout-late"
+    finally:
+        driver.close()
