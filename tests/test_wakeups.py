@@ -124,3 +124,42 @@ def test_a_block_passed_on_late_by_a_waiter_that_gave_up_is_a_lost_wakeup() -> N
     ]
     with pytest.raises(InvariantViolation, match="lost-wakeup"):
         check_wakeups(history, backoff_bound=0.0, slack=0.01)
+
+
+def test_a_batch_in_line_after_the_block_was_freed_holds_back_the_waiters_behind_it() -> None:
+    """From a controlled run of a correct FIFO-fair pool (AsyncFifoBatchPool), stamps as
+    recorded: block 0 is freed; b1, holding block 1, asks for both blocks and waits at the head
+    of the line; b2 arrives behind it and waits until its timeout. Fair, not a lost wake-up."""
+    history = [
+        op(0, "b1", "release", 9e-323, 1.04e-322, result=True, block=0),
+        op(1, "b1", "acquire", 1.1e-322, 1.14e-322, result=1, timeout=0.0),
+        op(2, "b1", "acquire_many", 1.4e-322, 0.2, "info", None, n=2, timeout=0.2),
+        op(3, "b2", "acquire", 1.43e-322, 0.05, "info", None, timeout=0.05),
+    ]
+    check_wakeups(history, backoff_bound=0.0, slack=1e-6)
+
+
+def test_a_batch_that_began_after_the_waiter_may_still_be_ahead_of_it_in_line() -> None:
+    """The waiter's call began first but it was switched out before it took its place in line:
+    the batch may be ahead of it."""
+    history = [
+        op(0, "b1", "release", 0.1, 0.1, result=True, block=0),
+        op(1, "b1", "acquire", 0.1, 0.1, result=1, timeout=0.0),
+        op(2, "b2", "acquire", 0.11, 0.16, "info", None, timeout=0.05),
+        op(3, "b1", "acquire_many", 0.12, 0.3, "info", None, n=2, timeout=0.18),
+    ]
+    check_wakeups(history, backoff_bound=0.0, slack=1e-6)
+
+
+def test_a_batch_that_returned_before_the_block_was_freed_excuses_nothing() -> None:
+    """The batch had left the line before the release: the waiter sleeping past the free block
+    afterwards is a lost wake-up."""
+    history = [
+        op(0, "b1", "acquire_many", 0.0, 0.1, "info", None, n=2, timeout=0.1),
+        op(1, "a", "acquire", 0.0, 0.01, result=0, timeout=0.0),
+        op(2, "b2", "acquire", 0.05, 1.0, "info", None, timeout=0.95),
+        op(3, "a", "release", 0.2, 0.2, result=True, block=0),
+    ]
+    with pytest.raises(InvariantViolation) as caught:
+        check_wakeups(history, backoff_bound=0.0, slack=1e-6)
+    assert caught.value.invariant == "lost-wakeup"

@@ -12,10 +12,13 @@ acquires were waiting may have been handed to one of them that then gave up (tim
 cancelled as the hand-off reached it), so it counts as free only from that one's return on.
 
 ``acquire_many`` (an optional member): a batch that answered with the block took it, like an
-acquire; one whose effect is unknown may have. A block freed while a batch waited may be kept
-for it (a FIFO-fair pool serves a batch at the head of its line before a single acquirer behind
-it), so it counts as free only from that batch's return on, whatever the batch answered. Only
-single acquires are judged here; a batch waiter's own wake-up is the batch probe's to judge.
+acquire; one whose effect is unknown may have. A FIFO-fair pool serves a batch at the head of
+its line before a single acquirer behind it, and holds the blocks back for it. Where a caller
+stands in line is not seen from outside: a batch that began after a waiter may have entered the
+line first (the waiter was switched out between its call and the pool's lock). So for a waiter,
+a block counts as free only from the return of every batch that was in flight after the block
+was freed and began before the waiter returned, whatever the batch answered. Only single
+acquires are judged here; a batch waiter's own wake-up is the batch probe's to judge.
 """
 
 from __future__ import annotations
@@ -38,14 +41,14 @@ def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: flo
         if freed is None:
             continue
         takers = [op for op in (*acquires, *batches) if _may_take(op, block, release.start)]
-        # Each acquire that gave up while the block was being handed on, and each batch that
-        # waited then, with its return.
+        # Each acquire that gave up while the block was being handed on, with its return.
         handed = [
             (op, op.end)
             for op in acquires
             if op.end is not None and _gave_up(op) and op.start <= freed <= op.end
         ]
-        handed += [(op, op.end) for op in batches if op.end is not None and op.start <= freed <= op.end]
+        # Each batch still waiting once the block was freed, with its start and return.
+        queued = [(op.start, op.end) for op in batches if op.end is not None and op.end >= freed]
         for waiter in acquires:
             if waiter.end is None or waiter.outcome not in ("ok", "info") or waiter.result == "cancelled":
                 continue
@@ -53,6 +56,8 @@ def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: flo
             # to keep waiting.
             taken = min((op.start for op in takers if op is not waiter), default=float("inf"))
             reserved = max((end for op, end in handed if op is not waiter), default=freed)
+            ahead = [end for start, end in queued if start < waiter.end]
+            reserved = max(reserved, *ahead) if ahead else reserved
             free_from, free_to = max(freed, waiter.start, reserved), min(taken, waiter.end)
             if free_to - free_from > bound:
                 raise InvariantViolation(
