@@ -176,9 +176,49 @@ def test_virtual_time_moves_only_when_no_thread_is_runnable() -> None:
         return busy, woke
 
     for seed in range(3):
-        busy, woke = run(main, RandomScheduler(seed=seed))
+        busy, woke = run(main, PCTScheduler(seed=seed))
         assert busy == [0.0] * 20
         assert woke == [("one", 1.0), ("two", 2.0), ("three", 3.0)]
+
+
+def test_a_random_schedule_may_fire_a_sleeper_s_timer_while_others_run() -> None:
+    """With ``fires_timers`` (random) a sleeper is a choice: its timer may fire while a busy
+    thread is still runnable, never before its own deadline, and the busy thread is credited
+    every jump it sat through runnable. A sleep longer than ``FIRE_HORIZON`` still ends only
+    once every thread is blocked."""
+    from kvstress.controlled._coop import excused_seconds
+
+    def main() -> tuple[list[float], float, list[tuple[str, float]]]:
+        busy: list[float] = []
+        woke: list[tuple[str, float]] = []
+        credit = [0.0]
+
+        def sleeper(name: str, secs: float) -> None:
+            time.sleep(secs)
+            woke.append((name, time.monotonic()))
+
+        def worker() -> None:
+            for _ in range(20):
+                busy.append(time.monotonic())
+            credit[0] = excused_seconds()
+
+        threads = [spawn(lambda: sleeper("three", 0.003)), spawn(lambda: sleeper("one", 0.001))]
+        threads.append(spawn(worker))
+        threads.append(spawn(lambda: sleeper("two", 0.002)))
+        threads.append(spawn(lambda: sleeper("long", 1.0)))
+        for thread in threads:
+            thread.join()
+        return busy, credit[0], woke
+
+    least = {"one": 0.001, "two": 0.002, "three": 0.003, "long": 1.0}
+    moved = 0
+    for seed in range(10):
+        busy, credit, woke = run(main, RandomScheduler(seed=seed))
+        assert all(at >= least[name] for name, at in woke) and woke[-1][0] == "long"
+        assert busy == sorted(busy) and busy[-1] < 1.0
+        assert busy[-1] - busy[0] <= credit <= busy[-1] < 1.0
+        moved += busy[-1] > 0
+    assert moved > 0  # some schedule woke a sleeper while the worker was still busy
 
 
 def test_thread_from_patched_threading_is_controlled() -> None:

@@ -1,15 +1,16 @@
 """Wake-ups, judged on a whole history: no acquire keeps waiting while a block sits free.
 
-A block is *surely free* from the end of a release that returned True until the earliest
-moment anything could have taken it again: the start of any acquire that answered with that
-block after the release began (the pool may offer it before the release returns), or of any
-acquire whose effect is unknown (cancelled, raised, pending). For the waiter itself, its own
-take counts at its return: once it holds the block it has no reason to wait on. An acquire
-that was waiting through such a stretch for longer than the pool's backoff bound plus the
-slack (and returned later still) missed a wake-up. Fair pools are allowed for (docs/protocol.md,
-"Fairness and hand-off"): a block another waiter took is not free, and a block released while other
-acquires were waiting may have been handed to one of them that then gave up (timed out or was
-cancelled as the hand-off reached it), so it counts as free only from that one's return on.
+A block is *surely free* from the end of a release that returned True until the earliest moment
+anything could have taken it again: the start of any acquire that answered with that block after
+the release began (the pool may offer it before the release returns), or of any acquire whose
+effect is unknown (cancelled, raised, pending). For the waiter itself, its own take counts at
+its return: once it holds the block it has no reason to wait on. An acquire that was waiting
+through such a stretch for longer than the pool's backoff bound plus the slack, plus the time
+its thread could not run (``observed["excused_s"]``), missed a wake-up. Fair pools are allowed
+for (docs/protocol.md, "Fairness and hand-off"): a block another waiter took is not free, and a
+block released while other acquires were waiting may have been handed to one of them that then
+gave up (timed out or was cancelled as the hand-off reached it), so it counts as free only from
+that one's return on.
 
 ``acquire_many`` (an optional member): a batch that answered with the block took it, like an
 acquire; one whose effect is unknown may have. A FIFO-fair pool serves a batch at the head of
@@ -59,7 +60,10 @@ def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: flo
             ahead = [end for start, end in queued if start < waiter.end]
             reserved = max(reserved, *ahead) if ahead else reserved
             free_from, free_to = max(freed, waiter.start, reserved), min(taken, waiter.end)
-            if free_to - free_from > bound:
+            # Time the waiter's own thread could not run (an OS stall, a jump for a sleeper
+            # while it sat runnable) is not a missed wake-up.
+            excused = waiter.observed.get("excused_s", 0.0) if waiter.observed else 0.0
+            if free_to - free_from > bound + excused:
                 raise InvariantViolation(
                     "lost-wakeup",
                     f"{waiter.describe()} kept waiting for {free_to - free_from:.6g} s while block "

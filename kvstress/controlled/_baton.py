@@ -8,14 +8,20 @@ is another, releases that thread's lock and parks on its own. So exactly one con
 runs at any time and the order is the scheduler's, decision by decision.
 
 A thread blocked in a cooperative primitive is not runnable until the primitive wakes it or its
-deadline passes. Time is virtual: ``now`` moves only when no thread is runnable, and then jumps
-to the earliest deadline. If no thread is runnable and none has a deadline, that is a deadlock,
-reported with the wait-for graph. ``max_steps`` bounds the scheduling points at one instant of
-virtual time (a spin never lets time move; a wait that sleeps between polls does), ``max_time``
-bounds virtual time itself (a wait that outlives every timeout), and a watchdog on the
-caller's thread reports a thread that keeps the baton for ``stall_timeout`` wall seconds without
-reaching a scheduling point (blocked in a real lock, a C call, an untraced spin). Whatever the
-program does, ``run`` returns or raises.
+deadline passes. Time is virtual: ``now`` moves when no thread is runnable, and then jumps to
+the earliest deadline. A scheduler with ``fires_timers`` (random) may also pick a *sleeping*
+thread due within ``FIRE_HORIZON`` while others are runnable: time jumps to its wake-up, as when
+an OS preempts the others and the sleeper's timer fires. A poller can then wake inside another
+thread's window (between offering a block and zeroing it), which it never could if time waited
+for every thread to block. Each thread left runnable (or blocked, perhaps on a runnable one)
+through such a jump is credited the jump (``excused``): the timing checks do not blame an
+operation for time it spent ready to run but not chosen. If no thread is runnable and none has a
+deadline, that is a deadlock, reported with the wait-for graph. ``max_steps`` bounds the
+scheduling points at one instant of virtual time (a spin never lets time move; a wait that
+sleeps between polls does), ``max_time`` bounds virtual time itself (a wait that outlives every
+timeout), and a watchdog on the caller's thread reports a thread that keeps the baton for
+``stall_timeout`` wall seconds without reaching a scheduling point (blocked in a real lock, a C
+call, an untraced spin). Whatever the program does, ``run`` returns or raises.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ DEFAULT_STALL_TIMEOUT = 5.0
 DAEMON_HORIZON = 3600.0
 """Virtual seconds (without ``max_time``) that time may jump for daemon threads alone, while the
 other threads stay blocked: past it they are deadlocked."""
+FIRE_HORIZON = 0.005
+"""Virtual seconds a sleeper's timer may fire ahead of runnable threads (``fires_timers``): an
+OS keeps a ready thread waiting for a time slice or two, not for seconds. A poller's backoff
+falls within it; a longer sleep (a test ordering its threads) still ends only once every
+thread is blocked."""
 _STALL_TICK = 0.25  # seconds: the most one look of the supervisor counts towards a stall
 """Wall seconds a thread may keep the baton without a scheduling point before ``StuckThread``."""
 
@@ -80,8 +91,8 @@ class ControlledThread:
     """
 
     __slots__ = (
-        "_wake", "aborted", "daemon", "deadline", "error", "finished", "ident", "name", "result",
-        "target", "tid", "timed_out", "waiting",
+        "_wake", "aborted", "daemon", "deadline", "error", "excused", "finished", "ident", "name",
+        "result", "target", "tid", "timed_out", "waiting",
     )  # fmt: skip
 
     def __init__(self, tid: int, name: str, target: Callable[[], Any], daemon: bool = False) -> None:
@@ -93,6 +104,7 @@ class ControlledThread:
         self.waiting: Waitable | None = None
         self.deadline: float | None = None
         self.timed_out = False
+        self.excused = 0.0  # virtual seconds it was runnable while time jumped for a sleeper
         self.finished = False
         self.aborted = False
         self.result: Any = None
@@ -144,6 +156,7 @@ class ThreadController:
         self._tracers: dict[CodeType, Callable[[FrameType, str, object], Any]] = {}
         self.hot = False  # the scheduling point being passed is inside a lost-update window
         self._hints = hasattr(scheduler, "hot")  # the scheduler takes the hint (PCT)
+        self._fires_timers = bool(getattr(scheduler, "fires_timers", False))
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
         if max_time is not None and not (isinstance(max_time, int | float) and max_time > 0):
@@ -368,27 +381,66 @@ class ThreadController:
                 if all(t.finished for t in self.threads):
                     return None
                 self._fail_here(ThreadDeadlock(self.now, self._wait_for()))
+        sleepers = self._sleepers() if self._fires_timers else []
+        choices = sorted(runnable + sleepers) if sleepers else runnable
         hot, self.hot = self.hot, False
-        if len(runnable) == 1:
-            return self.threads[runnable[0]]
+        if len(choices) == 1:
+            return self.threads[choices[0]]
         if self._hints:
             self.scheduler.hot = hot  # type: ignore[attr-defined]
         starved = self._starved
         overdue = [t for t in runnable if starved.get(t, 0) >= FAIRNESS_BOUND]
         try:
-            tid = overdue[0] if overdue else self.scheduler.next_task(runnable, me.tid)
+            tid = overdue[0] if overdue else self.scheduler.next_task(choices, me.tid)
         except BaseException as error:
             self._fail_here(error)
         self._starved = {other: starved.get(other, 0) + 1 for other in runnable if other != tid}
-        if tid not in runnable:
+        if tid not in choices:
             self._fail_here(
                 SchedulerMisbehaved(
                     f"{type(self.scheduler).__name__}.next_task returned {tid!r}, not one of the "
-                    f"runnable threads {runnable}"
+                    f"threads it was offered {choices}"
                 )
             )
         self.decisions += 1
+        if tid in sleepers:
+            self._fire(self.threads[tid])
         return self.threads[tid]
+
+    def _sleepers(self) -> list[int]:
+        """The threads in a plain sleep (not a timed wait on a primitive) whose timer is due
+        next: timers fire in deadline order. Not daemons (a housekeeping period stays a
+        period), and not past the run's time limit."""
+        timed = [
+            t
+            for t in self.threads
+            if not t.finished and not t.daemon and t.deadline is not None and t.waiting is not None
+        ]
+        if not timed:
+            return []
+        when = min(t.deadline for t in timed if t.deadline is not None)
+        past_limit = self.max_time is not None and when > self._origin + self.max_time
+        if when - self.now > FIRE_HORIZON or past_limit:
+            return []
+        return [t.tid for t in timed if t.deadline == when and getattr(t.waiting, "fires_early", False)]
+
+    def _fire(self, sleeper: ControlledThread) -> None:
+        """Jump to ``sleeper``'s wake-up while other threads are runnable (see the module's
+        docstring), and fire every timer due by then. Each thread not in a plain sleep is
+        credited the jump: a runnable one sat ready but unchosen, and a blocked one may be
+        waiting for one of those (a lock's holder, a notify to come), as on an OS that preempts
+        a lock holder."""
+        when = sleeper.deadline
+        assert when is not None
+        if when > self.now:
+            for thread in self.threads:
+                if not thread.finished and not getattr(thread.waiting, "fires_early", False):
+                    thread.excused += when - self.now
+            self.now = when
+            self._instant_steps = 0
+        for thread in self.threads:
+            if thread.waiting is not None and thread.deadline is not None and thread.deadline <= self.now:
+                thread.waiting, thread.deadline, thread.timed_out = None, None, True
 
     def _advance_time(self) -> list[int]:
         timed = [t for t in self.threads if t.waiting is not None and t.deadline is not None]

@@ -328,7 +328,10 @@ class Event(_Primitive):
 
 
 class _Sleep:
-    """What a sleeping thread waits for: only its deadline."""
+    """What a sleeping thread waits for: only its deadline, which a scheduler with
+    ``fires_timers`` may let come while other threads are still runnable (``ThreadController``)."""
+
+    fires_early = True
 
     def __init__(self, until: float) -> None:
         self.until = until
@@ -354,6 +357,13 @@ def sleep(secs: float) -> None:
     until = controller.now + secs
     while controller.now < until:
         controller.block(me, _Sleep(until), until)
+
+
+def excused_seconds() -> float:
+    """Virtual seconds the calling controlled thread spent runnable while time jumped for a
+    sleeper (``ThreadController``); 0.0 outside a controlled thread."""
+    _, me = _here()
+    return 0.0 if me is None else me.excused
 
 
 def _clock() -> float:

@@ -22,6 +22,7 @@ from kvstress import checkers
 from kvstress._interrupts import passes_through
 from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
+from kvstress.controlled._coop import excused_seconds
 from kvstress.harness._cpu import excused_wall_seconds, thread_cpu_without_gc
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
@@ -61,12 +62,15 @@ class Operations:
         elapsed, cpu = self._now() - start, self._cpu_since(cpu0)
         # Lateness is judged without garbage collection or OS stalls (no Python code, the
         # pool's included, runs meanwhile); earliness and CPU per second waited on the plain wall clock.
-        busy = elapsed - self._excused_since(excused0)
+        excused = self._excused_since(excused0)
+        busy = elapsed - excused
         if suspensions is not None:
             # Each release may wake a waiter that then loses the block to another: those
             # wake-ups are earned. Only the ones no release explains can be spinning.
             suspensions = max(0, suspensions - 2 * (self.release_calls - releases0) - 4)
         observed: dict[str, Any] = {"elapsed_s": elapsed}
+        if excused > 0:
+            observed["excused_s"] = excused  # for the wake-up check of the whole history
         if block is None:
             self.history.end(index, self._stamp(), "info", None, observed)
             checkers.check_timeout(timeout, False, elapsed, busy, self.backoff_bound, self.timing)
@@ -306,9 +310,11 @@ class Operations:
         return now
 
     def _excused_now(self) -> float:
-        """``excused_wall_seconds``; 0.0 on a virtual clock, where nothing is excused (and no
-        heartbeat thread may start under a scheduler)."""
-        return 0.0 if self.virtual_time else excused_wall_seconds()
+        """Seconds so far that an operation on this thread is not blamed for: on real time,
+        ``excused_wall_seconds`` (collections, OS stalls); on a virtual clock, the jumps this
+        controlled thread sat through runnable while a sleeper's timer fired (no heartbeat
+        thread may start under a scheduler)."""
+        return excused_seconds() if self.virtual_time else excused_wall_seconds()
 
     def _excused_since(self, excused0: float) -> float:
         """Wall seconds since ``excused0`` in which no Python code could run (collections, OS

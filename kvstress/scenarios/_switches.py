@@ -112,6 +112,11 @@ class SwitchRecorder:
         """As the replayed scheduler."""
         return self.inner.new_execution()
 
+    @property
+    def fires_timers(self) -> bool:
+        """As the inner scheduler."""
+        return bool(getattr(self.inner, "fires_timers", False))
+
     def next_u64(self) -> int:
         """As the replayed scheduler."""
         return self.inner.next_u64()

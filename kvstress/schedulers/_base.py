@@ -44,6 +44,9 @@ class Scheduler(Protocol):
     def schedule(self) -> Schedule:
         """The choices of the current (or last) execution so far."""
 
+    # Optional: ``fires_timers`` (a bool attribute, False when absent) asks the thread baton to
+    # offer sleeping threads among the runnable ones; choosing one fires its timer early.
+
 
 def check_seed(seed: int | None) -> int:
     """A seed in [0, 2**64); None draws one from the global ``random`` module.
@@ -72,6 +75,7 @@ class SchedulerBase(ABC):
     """
 
     name: ClassVar[str]
+    fires_timers: ClassVar[bool] = False  # see ``Scheduler``
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = check_seed(seed)
@@ -113,7 +117,10 @@ class SchedulerBase(ABC):
 
     def schedule(self) -> Schedule:
         """The choices of the current (or last) execution so far."""
-        return Schedule(self._strategy_name(), self._execution_seed, tuple(self._choices))
+        return Schedule(self._strategy_name(), self._execution_seed, tuple(self._choices), self._timers())
+
+    def _timers(self) -> bool:
+        return self.fires_timers
 
     @property
     def choices_so_far(self) -> int:

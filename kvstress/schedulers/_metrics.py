@@ -65,6 +65,11 @@ class MetricsScheduler:
             self._preemptions += 1
         return chosen
 
+    @property
+    def fires_timers(self) -> bool:
+        """As the inner scheduler."""
+        return bool(getattr(self.inner, "fires_timers", False))
+
     def next_u64(self) -> int:
         """The inner scheduler's random value, counted."""
         self._draws += 1

@@ -39,6 +39,14 @@ class ReplayScheduler(OneShotScheduler):
     def _strategy_name(self) -> str:
         return self.replayed.strategy
 
+    def _timers(self) -> bool:
+        return self.replayed.timers
+
+    @property
+    def fires_timers(self) -> bool:  # type: ignore[override]
+        """As the recorded execution did."""
+        return self.replayed.timers
+
     def _pick(self, runnable: Sequence[int], current: int | None) -> int:
         chosen = self._expected("a task")
         if chosen == RANDOM_DRAW:

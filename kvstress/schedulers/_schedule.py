@@ -5,8 +5,11 @@ Text form: ``ks1:`` followed by unpadded urlsafe base64 of
     flags (1 byte) | body | crc32 of flags and body (4 bytes, big-endian)
 
 where body is ``varint(len(strategy)) strategy varint(seed) varint(n) varint(choice + 1) * n``,
-zlib-deflated when that is shorter (flags bit 0). Varints are unsigned LEB128. A random draw is
-choice -1, so it encodes as 0 and a task id t as t + 1: small ids cost one byte each.
+zlib-deflated when that is shorter (flags bit 0). Flags bit 1 says that the execution offered
+sleeping threads' timers among its choices (``Schedule.timers``); schedules without it replay as
+they were recorded, on a baton that fires a timer only when every thread is blocked. Varints are
+unsigned LEB128. A random draw is choice -1, so it encodes as 0 and a task id t as t + 1: small
+ids cost one byte each.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ VERSION = 1
 _U64 = 1 << 64
 _MAX_TASK_ID = (1 << 63) - 1
 _DEFLATED = 1
+_TIMERS = 2
 _BASE64 = re.compile(r"[A-Za-z0-9_-]*")
 _HEAD = re.compile(r"ks(\d+)")
 
@@ -34,12 +38,14 @@ class Schedule:
     ``strategy`` names the scheduler that made the choices, ``seed`` seeds the execution's data
     stream (``next_u64`` values are derived from it, so only the draws' positions are stored),
     and ``choices`` holds, per decision, the task id that ran or ``RANDOM_DRAW``.
-    ``str(schedule)`` is its ``encode()``d text.
+    ``timers`` records that a sleeping thread was a choice too (choosing it fired its timer
+    early: see ``ThreadController``). ``str(schedule)`` is its ``encode()``d text.
     """
 
     strategy: str
     seed: int
     choices: tuple[int, ...] = ()
+    timers: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategy, str) or not self.strategy:
@@ -76,6 +82,8 @@ class Schedule:
         deflated = zlib.compress(packed, 9)
         if len(deflated) < len(packed):  # long schedules repeat themselves a lot
             flags, packed = _DEFLATED, deflated
+        if self.timers:
+            flags |= _TIMERS
         payload = bytes([flags]) + packed
         payload += zlib.crc32(payload).to_bytes(4, "big")
         return f"ks{VERSION}:" + base64.urlsafe_b64encode(payload).rstrip(b"=").decode("ascii")
@@ -105,7 +113,7 @@ class Schedule:
         framed, crc = payload[:-4], int.from_bytes(payload[-4:], "big")
         if zlib.crc32(framed) != crc:
             raise ValueError("schedule is corrupt or truncated: checksum mismatch (copy the whole string)")
-        return _parse(cls, _unpack(framed))
+        return _parse(cls, _unpack(framed), timers=bool(framed[0] & _TIMERS))
 
     def __str__(self) -> str:
         return self.encode()
@@ -121,7 +129,7 @@ def _unbase64(tail: str) -> bytes:
 
 
 def _unpack(framed: bytes) -> bytes:
-    flags, packed = framed[0], framed[1:]
+    flags, packed = framed[0] & ~_TIMERS, framed[1:]
     if flags == 0:
         return packed
     if flags != _DEFLATED:
@@ -132,7 +140,7 @@ def _unpack(framed: bytes) -> bytes:
         raise ValueError(f"schedule is corrupt: its body does not inflate ({exc})") from None
 
 
-def _parse(cls: type[Schedule], body: bytes) -> Schedule:
+def _parse(cls: type[Schedule], body: bytes, *, timers: bool) -> Schedule:
     reader = _Reader(body)
     name_length = reader.varint("strategy name length")
     try:
@@ -149,7 +157,7 @@ def _parse(cls: type[Schedule], body: bytes) -> Schedule:
     if reader.remaining:
         raise ValueError(f"schedule is corrupt: {reader.remaining} bytes after the last choice")
     try:
-        return cls(strategy, seed, choices)
+        return cls(strategy, seed, choices, timers)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"schedule is corrupt: {exc}") from None
 
