@@ -44,7 +44,7 @@ def test_the_contract_runs_once_after_a_short_first_slice() -> None:
     from kvstress.fuzz._run import DELAY_SLICE_S, LEAD_SLICE_S, SLICE_S, _slice_s
 
     order = [_strategy_at(DEFAULT_MIX, i) for i in range(14)]
-    assert order[:9] == ["pct", "contract", "delay", "machine", "random", "pct", "stress", "pct", "delay"]
+    assert order[:9] == ["pct", "contract", "delay", "random", "machine", "pct", "stress", "pct", "delay"]
     assert "contract" not in order[2:]
     # The delay strategy's first slice runs the motifs' hot plans; its later ones are short.
     assert [_slice_s(DEFAULT_MIX, i) for i in range(4)] == [LEAD_SLICE_S, SLICE_S, SLICE_S, SLICE_S]
