@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 from pools import broken
@@ -168,3 +170,77 @@ def test_a_shared_block_s_peer_releases_only_after_the_sharer_s_refcount_check()
         thread.join(5)
     assert not errors, errors
     assert events[-1] == "release by b1" and events.count("release by b1") == 1, events
+
+
+def test_fixed_scenarios_run_free_and_a_failure_says_it_ran_one() -> None:
+    """Given motifs, stress runs them too, and a failure found on one carries its programs."""
+    from kvstress.scenarios._motifs import motifs
+
+    config = ScenarioConfig(broken.ResetAfterOfferPool, False)
+    fixed = motifs(config.num_blocks, False)
+    result = stress(config, seed=3, budget_s=30, fixed=fixed, fixed_only=True, replays=0)
+    assert result.failure is not None and result.failure.violation.invariant == "dirty-read"
+    assert result.failure.fixed and result.failure.scenario in fixed
+
+
+@pytest.mark.parametrize("pool", [ThreadedBlockPool, AsyncBlockPool])
+def test_a_correct_pool_passes_the_motifs_run_free(pool: type) -> None:
+    """Our pools, threaded and async, stay clean through every motif on real threads or a real loop."""
+    from kvstress.scenarios._motifs import motifs
+
+    config = ScenarioConfig(pool, pool is AsyncBlockPool)
+    fixed = motifs(config.num_blocks, config.is_async)
+    result = stress(config, seed=5, max_executions=3 * len(fixed), fixed=fixed, fixed_only=True)
+    assert result.failure is None, result.failure and result.failure.violation
+
+
+def test_a_stress_slice_shares_its_time_between_motifs_and_drawn_scenarios(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long slice runs both kinds; a short one (a lead) runs only the motifs."""
+    from kvstress.fuzz import load_target
+    from kvstress.fuzz._slices import SHORT_STRESS_S, run_slice
+    from kvstress.scenarios import _stress as stress_module
+
+    ran: list[bool] = []
+    real = stress_module.run_stress_execution
+
+    def counting(config: ScenarioConfig, *args: object) -> object:
+        ran.append(config.scenario is not None)
+        return real(config, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stress_module, "run_stress_execution", counting)
+    target = load_target("kvstress:ThreadedBlockPool")
+    assert run_slice("stress", target, 1, 1.0).finding is None
+    assert True in ran and False in ran
+    ran.clear()
+    assert run_slice("stress", target, 1, SHORT_STRESS_S / 2).finding is None
+    assert ran and all(ran)
+
+
+def test_a_stress_finding_on_a_motif_replays_that_motif(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The report keeps the motif's programs, and replay runs them, not a scenario drawn from the seed."""
+    from kvstress.fuzz import _replay as replay_module
+    from kvstress.fuzz import _slices as slices_module
+    from kvstress.fuzz import fuzz, load_target
+    from kvstress.scenarios._programs import Scenario
+
+    monkeypatch.setattr(slices_module, "SHORT_STRESS_S", 1e9)  # every stress slice runs only the motifs
+    outcome = fuzz(
+        load_target("kvstress.mutants:ResetAfterOfferPool"), budget_s=30, mix=("stress",), report_dir=tmp_path
+    )
+    assert outcome.finding is not None and outcome.report is not None
+    report = json.loads(outcome.report.read_text())
+    assert report["strategy"] == "stress" and report["config"]["fixed_scenario"] is True
+    ran: list[object] = []
+    real = replay_module.run_stress_execution
+
+    def recording(config: ScenarioConfig, seed: int) -> object:
+        ran.append(config.scenario)
+        return real(config, seed)
+
+    monkeypatch.setattr(replay_module, "run_stress_execution", recording)
+    replay_module.replay_report(report, tries=2)
+    assert ran == [Scenario.from_json(report["scenario"])] * 2

@@ -18,7 +18,7 @@ from kvstress.fuzz._contract import run_contract
 from kvstress.fuzz._slices import run_machine, scenario_config
 from kvstress.fuzz._target import FuzzTarget, load_target
 from kvstress.reports import load_report
-from kvstress.scenarios import replay, run_stress_execution
+from kvstress.scenarios import ScenarioConfig, replay, run_stress_execution
 from kvstress.scenarios._programs import Scenario
 from kvstress.schedulers import ScheduleDivergence
 
@@ -86,7 +86,10 @@ def _replay_in_place(
             return ReplayOutcome(invariant, 1, 0, f"it failed differently: {violation}")
         return ReplayOutcome(invariant, 1, 1, "exact replay of the fixed contract program")
     if kind == "stress":
-        hits = sum(_stress_hit(target, report["seed"], invariant) for _ in range(tries))
+        stress_config = scenario_config(target)
+        if config.get("fixed_scenario"):  # a motif: its programs are in the report
+            stress_config = replace(stress_config, scenario=Scenario.from_json(report.get("scenario")))
+        hits = sum(_stress_hit(stress_config, report["seed"], invariant) for _ in range(tries))
         return ReplayOutcome(invariant, tries, hits, "free-running: a reproduction rate, not an exact replay")
     hits = 0
     for _ in range(tries):
@@ -113,8 +116,8 @@ def _replay_schedule(target: FuzzTarget, report: Mapping[str, Any], invariant: s
     return ReplayOutcome(invariant, 1, 1, "exact replay of the recorded schedule")
 
 
-def _stress_hit(target: FuzzTarget, seed: int, invariant: str) -> bool:
-    record = run_stress_execution(scenario_config(target), seed)
+def _stress_hit(config: ScenarioConfig, seed: int, invariant: str) -> bool:
+    record = run_stress_execution(config, seed)
     return record.failure is not None and record.failure.invariant == invariant
 
 

@@ -33,6 +33,9 @@ from kvstress.scenarios._switches import Switch
 from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler, Scheduler
 
 STRATEGIES = ("contract", "delay", "pct", "random", "machine", "stress")
+SHORT_STRESS_S = 0.5
+"""A stress slice shorter than this runs only the motifs: one drawn scenario waits out its
+timeouts for longer than the whole slice."""
 DELAY_BOUND = 2  # delays per interleaving of a motif
 DELAY_HOT_CAP = 64
 """Executions per motif in the delay strategy's first round, which runs hot plans only."""
@@ -217,7 +220,13 @@ def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | No
     # Re-runs that measure the reproduction rate share the slice's budget (at least one second):
     # a hang costs its whole bound per re-run, and the fuzzing budget is the user's.
     result = stress(
-        scenario_config(target), seed=seed, budget_s=budget_s, replays=5, replay_budget_s=max(1.0, budget_s)
+        scenario_config(target),
+        seed=seed,
+        budget_s=budget_s,
+        replays=5,
+        replay_budget_s=max(1.0, budget_s),
+        fixed=motifs(target.num_blocks, target.is_async),
+        fixed_only=budget_s < SHORT_STRESS_S,
     )
     failure = result.failure
     if failure is None:
@@ -234,6 +243,7 @@ def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | No
         reproduction={"reproduced": failure.reproduced, "replays": failure.replays},
         failed_op=failure.failed_op,
         blocks_at="when the run ended (free-running: the other threads did not stop at the check)",
+        options={"fixed_scenario": True} if failure.fixed else {},
     )
     return SliceResult(result.executions, result.operations, finding)
 

@@ -20,7 +20,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -60,6 +60,7 @@ class StressFailure:
     replays: int
     blocks: tuple[BlockRecord, ...] = ()
     failed_op: int | None = None  # the operation whose check failed, when one did
+    fixed: bool = False  # its scenario was given (a motif), not drawn from its seed
 
     @property
     def reproduction_rate(self) -> float:
@@ -88,6 +89,8 @@ def stress(
     replay_budget_s: float | None = None,
     timing: TimingPolicy | None = None,
     switch_interval: float | None = SWITCH_INTERVAL,
+    fixed: Sequence[Scenario] = (),
+    fixed_only: bool = False,
 ) -> StressResult:
     """Run seeded scenarios on free-running threads until one fails or a limit is reached.
 
@@ -96,6 +99,12 @@ def stress(
     have gone to them (a hang costs its whole bound each time), and the failure says how many
     ran. ``yield_probability=0`` with ``switch_interval=None`` is plain threading, as a test
     suite without kvstress would run the pool.
+
+    ``fixed`` scenarios (the motifs: two calls that race, every time) take half of the time, in
+    turn: a short test runs in a few milliseconds where a drawn scenario waits out its
+    timeouts, so a race between two calls comes up many times a second. ``fixed_only`` runs
+    nothing else (a short slice: a drawn scenario would outlast it). A failure's
+    ``fixed`` says whether its scenario was one of them (replay it from the report's programs).
     """
     if max_executions is None and budget_s is None:
         raise ValueError("stress needs max_executions or budget_s (or both), got neither")
@@ -106,12 +115,19 @@ def stress(
     if replay_budget_s is not None and not replay_budget_s >= 0:
         raise ValueError(f"replay_budget_s must be a number of seconds >= 0 or None, got {replay_budget_s!r}")
     start = time.monotonic()
-    done = operations = 0
+    done = operations = turns = 0
+    spent = {True: 0.0, False: 0.0}  # seconds on fixed and on drawn scenarios
     while max_executions is None or done < max_executions:
         if budget_s is not None and time.monotonic() - start >= budget_s:
             break
         run_seed = seed + done
-        record = run_stress_execution(config, run_seed, yield_probability, timing, switch_interval)
+        # Half of the time to the fixed scenarios, in turn; half to drawn ones.
+        on_fixed = bool(fixed) and (fixed_only or spent[True] <= spent[False])
+        run_config = dataclasses.replace(config, scenario=fixed[turns % len(fixed)]) if on_fixed else config
+        turns += on_fixed
+        began = time.monotonic()
+        record = run_stress_execution(run_config, run_seed, yield_probability, timing, switch_interval)
+        spent[on_fixed] += time.monotonic() - began
         done += 1
         if record.failure is not None:
             elapsed = time.monotonic() - start
@@ -121,11 +137,18 @@ def stress(
             while ran < replays and (
                 replay_budget_s is None or time.monotonic() - replay_start < replay_budget_s
             ):
-                rerun = run_stress_execution(config, run_seed, yield_probability, timing, switch_interval)
+                rerun = run_stress_execution(run_config, run_seed, yield_probability, timing, switch_interval)
                 again, ran = again + _fails_as(rerun, invariant), ran + 1
             assert record.scenario is not None
             failure = StressFailure(
-                record.failure, run_seed, record.scenario, record.history, again, ran, record.blocks
+                record.failure,
+                run_seed,
+                record.scenario,
+                record.history,
+                again,
+                ran,
+                record.blocks,
+                fixed=run_config.scenario is not None,
             )
             if record.ops is not None:
                 failure = dataclasses.replace(failure, failed_op=record.ops.failed_op)
