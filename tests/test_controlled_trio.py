@@ -12,12 +12,10 @@ import trio.lowlevel
 from kvstress.controlled import TaskStepTrace, seeded_trio_run
 from kvstress.controlled import _trio as controlled_trio
 
-HOOKS = controlled_trio.trio_scheduling_hooks()
-assert HOOKS is not None, (
-    f"trio {trio.__version__} moved its scheduling RNG or its deterministic switch: update "
-    "kvstress.controlled._trio.trio_scheduling_hooks (trio runs are unseeded until then)"
+assert controlled_trio._runs_repeat(), (
+    f"trio {trio.__version__} runs do not repeat under Hypothesis: trio's scheduling RNG is no "
+    "longer registered with it (kvstress.controlled._trio's docstring says how it is used)"
 )
-trio_run_internals = HOOKS[1]
 
 
 async def racers(log: list[str]) -> None:
@@ -82,11 +80,44 @@ def test_same_seed_same_interleaving() -> None:
     assert len(runs) == 1
 
 
-def test_same_seed_same_interleaving_without_hypothesis(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With trio's deterministic switch off (no Hypothesis imported), one seed still gives one order."""
-    monkeypatch.setattr(trio_run_internals, "_ALLOW_DETERMINISTIC_SCHEDULING", False)
-    assert len({repr(traced(seed=12)) for _ in range(10)}) == 1
-    assert trio_run_internals._ALLOW_DETERMINISTIC_SCHEDULING is False
+def test_inside_a_hypothesis_test_the_run_is_seeded_by_it() -> None:
+    """Within a running Hypothesis test (no nested @given), a seed gives the order it gives outside."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    outside = traced(seed=12)
+    inside: list[object] = []
+
+    @settings(max_examples=3, database=None, deadline=None)
+    @given(st.integers())
+    def test(_: int) -> None:
+        inside.append(traced(seed=12))
+
+    test()
+    assert inside == [outside] * 3
+
+
+def test_a_run_on_another_thread_is_seeded_too() -> None:
+    """The harness runs trio on a daemon thread of its own: the seed holds there as well."""
+    import threading
+
+    runs: list[object] = []
+    threads = [threading.Thread(target=lambda: runs.append(traced(seed=7))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+        thread.join()
+    assert runs == [traced(seed=7)] * 2
+
+
+def test_the_pool_s_exception_comes_out_as_raised() -> None:
+    """A failure inside the run is the pool's exception, with no note from the Hypothesis test around it."""
+
+    async def fails() -> None:
+        raise KeyError("the pool's own")
+
+    with pytest.raises(KeyError, match="the pool's own") as caught:
+        seeded_trio_run(fails, seed=3)
+    assert not getattr(caught.value, "__notes__", None)
 
 
 def test_different_seeds_give_different_interleavings() -> None:
@@ -115,15 +146,14 @@ def test_virtual_time_by_default() -> None:
     assert time.perf_counter() - began < 0.1
 
 
-def test_trio_state_is_restored() -> None:
-    """trio's RNG state and its deterministic-scheduling switch are as before, even after a failure."""
-    rng = trio_run_internals._r
-    before = rng.getstate()
-    switch = trio_run_internals._ALLOW_DETERMINISTIC_SCHEDULING
+def test_random_state_is_restored() -> None:
+    """Python's global RNG (which Hypothesis seeds around a run too) is as before, even after a failure."""
+    import random
+
+    before = random.getstate()
     outcomes = {outcome(seed) for seed in range(10)}
     assert len(outcomes) == 2  # some runs failed
-    assert rng.getstate() == before
-    assert switch == trio_run_internals._ALLOW_DETERMINISTIC_SCHEDULING
+    assert random.getstate() == before
 
 
 def test_seed_is_validated() -> None:
@@ -151,22 +181,16 @@ def test_missing_trio_gets_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> N
         kvstress.controlled.nothing  # type: ignore[attr-defined]  # noqa: B018
 
 
-def test_trio_s_scheduling_internals_are_where_kvstress_reaches_for_them() -> None:
-    """The one private reach into trio finds its RNG and switch; this fails loudly when a trio
-    release moves them (the module-level assert above says what to update)."""
-    hooks = controlled_trio.trio_scheduling_hooks()
-    assert hooks is not None
-    rng, internals = hooks
-    assert rng is internals._r
-
-
-def test_without_trio_s_internals_runs_go_on_unseeded_with_one_line(
+def test_runs_that_do_not_repeat_go_on_unseeded_with_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Where a trio release keeps no RNG where kvstress looks, a seeded run still runs, and
-    says once, in one line, that it is unseeded."""
-    monkeypatch.setattr(controlled_trio, "trio_scheduling_hooks", lambda: None)
-    monkeypatch.setattr(controlled_trio, "_warned", False)
+    """Where the probe finds that runs differ (trio's RNG not registered with Hypothesis), a seeded
+    run still runs, and says once, in one line, that it is unseeded."""
+    import itertools
+
+    counter = itertools.count()
+    monkeypatch.setattr(controlled_trio, "_probe", lambda: [str(next(counter))])
+    monkeypatch.setattr(controlled_trio, "_repeatable", None)
     assert outcome(3) in {"passed", "the consumer ran first and found the shelf empty"}
     outcome(4)
     lines = capsys.readouterr().err.splitlines()

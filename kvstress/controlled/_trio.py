@@ -1,72 +1,49 @@
-"""Seeded, replayable trio runs, with the control trio itself offers.
+"""Seeded, replayable trio runs, through public seams only.
 
 How far control goes: trio runs tasks in batches (all tasks that became runnable since the last
-batch) and orders each batch with its one module-level RNG, ``trio._core._run._r``. Seeding that
-RNG, with trio's deterministic-scheduling switch on (what trio's own Hypothesis plugin turns
-on; without it, equal deadlines are ordered by object address), and running on
-``MockClock(autojump_threshold=0)`` (virtual time that jumps as soon as every task is blocked)
-makes a run a function of its seed: same seed, same interleaving, same failure. That is all:
-there is no per-step choice, so no PCT, no bounded search, no schedule string beyond the seed,
-and only orders within a batch are reachable. Real I/O, threads and the wall clock stay
-uncontrolled. Under ``@given``, trio's plugin registers ``_r`` with Hypothesis, so plain
-``trio.run`` is already seeded per example; ``seeded_trio_run`` makes that explicit.
+batch) and orders each batch with its own scheduling RNG. trio hands that RNG to Hypothesis
+(its ``hypothesis`` plugin, which Hypothesis loads when it is imported, registers it with
+``hypothesis.register_random`` and turns trio's deterministic scheduling on), and Hypothesis
+seeds every registered RNG at the start of each test it runs and restores it afterwards. So a
+trio run inside a Hypothesis test is a function of what it does.
 
-The RNG and the switch are process-wide: run one seeded run at a time (not from threads).
+``seeded_trio_run`` runs trio inside a one-example Hypothesis test (or as it is, when a
+Hypothesis test is running already: that one seeded the RNG), on ``MockClock(
+autojump_threshold=0)`` (virtual time that jumps as soon as every task is blocked), and begins
+with a prelude that makes ``seed`` count: two tasks checkpoint together ``seed % PRELUDE_ORDERS``
+times, each time a batch that trio orders with its RNG, so the run proper starts from one of
+``PRELUDE_ORDERS`` RNG states. Same seed, same interleaving, same failure. That is all: there is
+no per-step choice, so no PCT, no bounded search, no schedule string beyond the seed, and only
+orders within a batch are reachable. Real I/O, threads and the wall clock stay uncontrolled.
 
-Both are trio internals, with no public seam: ``trio_scheduling_hooks`` is the one place that
-reaches for them, a test fails loudly when a trio release moves them, and then runs go on
-unseeded, with one line on stderr saying so.
+Whether runs are in fact repeatable is checked once per process, by running a small race twice
+(a trio release that stopped registering its RNG, or ``HYPOTHESIS_NO_PLUGINS``, would make them
+differ); if they differ, runs go on unseeded, with one line on stderr saying so.
 """
 
 from __future__ import annotations
 
-import importlib
-import random
 import sys
-import types
+import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar, TypeVarTuple
+from typing import Any, TypeVar, TypeVarTuple
 
+import hypothesis
 import trio
 import trio.testing
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
 
 from kvstress.schedulers._base import check_seed
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-_INTERNALS = "trio._core._run"
-_RNG = "_r"
-_DETERMINISTIC_SWITCH = "_ALLOW_DETERMINISTIC_SCHEDULING"  # trio's name; its plugin flips it too
-_warned = False
+PRELUDE_ORDERS = 64
+"""How many scheduling-RNG states a seed picks from: the prelude takes ``seed % PRELUDE_ORDERS``
+rounds of two checkpointing tasks (a few microseconds each)."""
 
-
-def trio_scheduling_hooks() -> tuple[random.Random, types.ModuleType] | None:
-    """trio's scheduling RNG and the module holding its deterministic-scheduling switch.
-
-    The one reach into trio's private API (trio has no public seam for this); None when this
-    trio release keeps them elsewhere.
-    """
-    try:
-        internals = importlib.import_module(_INTERNALS)
-    except ImportError:
-        return None
-    rng = getattr(internals, _RNG, None)
-    switch = getattr(internals, _DETERMINISTIC_SWITCH, None)
-    if not isinstance(rng, random.Random) or not isinstance(switch, bool):
-        return None
-    return rng, internals
-
-
-def _say_unseeded() -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        print(
-            f"kvstress: trio {trio.__version__} keeps no scheduling RNG at {_INTERNALS}.{_RNG}: trio runs "
-            "go on unseeded, so a trio finding may not replay exactly",
-            file=sys.stderr,
-        )
+_repeatable: bool | None = None  # None: not probed yet in this process
 
 
 def seeded_trio_run(
@@ -76,29 +53,117 @@ def seeded_trio_run(
     clock: trio.abc.Clock | None = None,
     instruments: Sequence[trio.abc.Instrument] = (),
 ) -> T:
-    """``trio.run(async_fn, *args)`` with its scheduling RNG seeded by ``seed`` (in [0, 2**64)).
+    """``trio.run(async_fn, *args)``, its batch orders fixed by ``seed`` (in [0, 2**64)).
 
-    ``clock`` defaults to ``MockClock(autojump_threshold=0)``: virtual time. trio's RNG state and
-    deterministic-scheduling switch are restored afterwards, so other runs are unaffected.
+    ``clock`` defaults to ``MockClock(autojump_threshold=0)``: virtual time. trio's RNG state is
+    restored afterwards (Hypothesis restores what it seeded), so other runs are unaffected.
     """
     seed = check_seed(seed)
     clock = clock if clock is not None else trio.testing.MockClock(autojump_threshold=0)
-    hooks = trio_scheduling_hooks()
-    if hooks is None:
-        _say_unseeded()
-        return trio.run(async_fn, *args, clock=clock, instruments=instruments)
-    rng, internals = hooks
-    saved_state = rng.getstate()
-    saved_switch = getattr(internals, _DETERMINISTIC_SWITCH)
-    # Sorting each batch by creation order before the seeded shuffle is what removes the
-    # address-dependent orders; the switch is trio's own hook for exactly this.
-    setattr(internals, _DETERMINISTIC_SWITCH, True)
-    rng.seed(seed)
+    rounds = seed % PRELUDE_ORDERS
+
+    async def main() -> T:
+        await _prelude(rounds)
+        return await async_fn(*args)
+
+    def run() -> T:
+        return trio.run(main, clock=clock, instruments=instruments)
+
+    if not _runs_repeat():
+        return run()
+    return _seeded(run)
+
+
+async def _prelude(rounds: int) -> None:
+    """``rounds`` batches of two tasks for trio to order: each draws from its scheduling RNG."""
+    if rounds == 0:
+        return
+
+    async def stepper() -> None:
+        for _ in range(rounds):
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stepper, name="<kvstress prelude>")
+        nursery.start_soon(stepper, name="<kvstress prelude>")
+
+
+def _seeded(run: Callable[[], T]) -> T:
+    """``run()`` with trio's scheduling RNG seeded by Hypothesis: inside a one-example test, or
+    as is inside a Hypothesis test already running (a nested ``@given`` is refused)."""
+    if hypothesis.currently_in_test_context():
+        return run()
+    _pending.run, _pending.outcome = run, None
     try:
-        return trio.run(async_fn, *args, clock=clock, instruments=instruments)
+        _one_example()
+        outcome = _pending.outcome
     finally:
-        setattr(internals, _DETERMINISTIC_SWITCH, saved_switch)
-        rng.setstate(saved_state)
+        _pending.run = _pending.outcome = None
+    assert outcome is not None
+    ok, value = outcome
+    if not ok:
+        raise value
+    return value
+
+
+class _Pending(threading.local):
+    run: Callable[[], Any] | None = None
+    outcome: tuple[bool, Any] | None = None
+
+
+_pending = _Pending()
+
+
+@settings(
+    database=None,
+    max_examples=1,
+    phases=[Phase.explicit],
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+@example(None)
+@given(st.none())
+def _one_example(_: None) -> None:
+    """The one-example Hypothesis test ``_seeded`` runs: Hypothesis seeds trio's RNG around it.
+    The outcome travels out through ``_pending``, so Hypothesis never sees a failure (it would
+    note a "failing explicit example" on the pool's exception)."""
+    assert _pending.run is not None
+    try:
+        _pending.outcome = (True, _pending.run())
+    except BaseException as error:
+        _pending.outcome = (False, error)
+
+
+def _runs_repeat() -> bool:
+    """Whether two seeded runs of a small race take the same steps (probed once per process);
+    said once on stderr when they do not."""
+    global _repeatable
+    if _repeatable is None:
+        _repeatable = _probe() == _probe()
+        if not _repeatable:
+            print(
+                f"kvstress: trio {trio.__version__} runs are not repeatable under Hypothesis (trio's "
+                "scheduling RNG is not registered with it; is HYPOTHESIS_NO_PLUGINS set?): trio runs go "
+                "on unseeded, so a trio finding may not replay exactly",
+                file=sys.stderr,
+            )
+    return _repeatable
+
+
+def _probe() -> list[str]:
+    trace = TaskStepTrace()
+
+    async def racers() -> None:
+        async def racer() -> None:
+            for _ in range(8):
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            for index in range(6):
+                nursery.start_soon(racer, name=f"r{index}")
+
+    _seeded(lambda: trio.run(racers, clock=trio.testing.MockClock(autojump_threshold=0), instruments=[trace]))
+    return trace.steps
 
 
 class TaskStepTrace(trio.abc.Instrument):
