@@ -195,6 +195,50 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
+def _loading_torch(pid: int) -> bool:
+    """Whether the process has begun to load torch (Linux: a torch library in its memory map):
+    the command line's own code is running, past the interpreter's start."""
+    try:
+        return "torch" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the memory map from /proc")
+@pytest.mark.parametrize("after", [0.0, 0.3])
+def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(after: float) -> None:
+    """SIGINT while torch and the rest load (seconds on a cold start): one line, status 130."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kvstress", "fuzz", "--pool", "kvstress:ThreadedBlockPool", "--budget", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not _loading_torch(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    time.sleep(after)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, out + err
+    assert "Traceback" not in err, err
+    # In the import: our one line; past it, on a fast machine, the search's own summary.
+    said = err.strip().splitlines()[-1:] == ["kvstress: interrupted"] or out.startswith("interrupted:")
+    assert said, out + err
+
+
+def test_import_kvstress_loads_nothing_heavy() -> None:
+    """``import kvstress`` is instant (torch loads on first use of a name that needs it), and
+    every name it exports still resolves."""
+    code = (
+        "import sys, kvstress; assert 'torch' not in sys.modules, 'torch imported'; "
+        "names = [n for n in kvstress.__all__ if getattr(kvstress, n) is None]; "
+        "assert not names, names; assert set(kvstress.__all__) <= set(dir(kvstress)); print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
 def test_a_folder_named_kvstress_in_the_current_directory_does_not_shadow_the_package(tmp_path: Path) -> None:
     """A clone of kvstress beside the user's pool (its reports/ looks like kvstress.reports)
     is not imported in place of the installed package, by the command or by its workers, and
