@@ -5,6 +5,8 @@ imported on first use (PEP 562): ``import kvstress`` is instant, so the command 
 over Ctrl-C before torch loads, and ``kvstress --version`` does not wait for it.
 """
 
+import sys
+import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -105,6 +107,23 @@ _EXPORTS = {
     "shadow": "kvstress.shadow",
 }
 __all__ = sorted(_EXPORTS)
+_NAMED_LIKE_THEIR_MODULE = frozenset(
+    name for name, module in _EXPORTS.items() if module == f"{__name__}.{name}"
+)
+"""``audit`` and ``shadow``: functions named as the subpackages that define them."""
+
+
+class _Package(types.ModuleType):
+    """This package: importing ``kvstress.audit`` (or ``kvstress.shadow``) does not bind the
+    subpackage over the function of the same name, which ``kvstress.audit`` keeps meaning."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _NAMED_LIKE_THEIR_MODULE and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:
