@@ -285,3 +285,14 @@ def test_a_bad_pool_name_is_said_without_cli_flags() -> None:
         with pytest.raises(TargetError) as info:
             load_target(spec)
         assert "--pool" not in str(info.value)
+
+
+def test_a_subpackage_import_does_not_hide_the_function_of_its_name() -> None:
+    """``kvstress.audit`` and ``kvstress.shadow`` stay the functions after their subpackages load."""
+    code = (
+        "import types, kvstress.audit._core, kvstress.shadow, kvstress; "
+        "assert not isinstance(kvstress.audit, types.ModuleType), kvstress.audit; "
+        "assert not isinstance(kvstress.shadow, types.ModuleType), kvstress.shadow; print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
