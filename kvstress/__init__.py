@@ -5,12 +5,12 @@ imported on first use (PEP 562): ``import kvstress`` is instant, so the command 
 over Ctrl-C before torch loads, and ``kvstress --version`` does not wait for it.
 """
 
-import sys
-import types
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+import sys as _sys
+import types as _types
+import typing as _typing
+from importlib import import_module as _import_module
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from kvstress._errors import InvalidTransition as InvalidTransition
     from kvstress._errors import PoolExhausted as PoolExhausted
     from kvstress._violation import INVARIANTS as INVARIANTS
@@ -113,24 +113,24 @@ _NAMED_LIKE_THEIR_MODULE = frozenset(
 """``audit`` and ``shadow``: functions named as the subpackages that define them."""
 
 
-class _Package(types.ModuleType):
+class _Package(_types.ModuleType):
     """This package: importing ``kvstress.audit`` (or ``kvstress.shadow``) does not bind the
     subpackage over the function of the same name, which ``kvstress.audit`` keeps meaning."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _NAMED_LIKE_THEIR_MODULE and isinstance(value, types.ModuleType):
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _NAMED_LIKE_THEIR_MODULE and isinstance(value, _types.ModuleType):
             return
         super().__setattr__(name, value)
 
 
-sys.modules[__name__].__class__ = _Package
+_sys.modules[__name__].__class__ = _Package
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
+    value = getattr(_import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value
 
