@@ -7,7 +7,6 @@ import gc
 import time
 import warnings
 from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -406,28 +405,3 @@ def test_polling_with_sleeps_is_not_a_spin_but_time_is_bounded() -> None:
     assert run_controlled(lambda: poll(5.0), RandomScheduler(seed=1), max_steps=50) >= 5.0
     with pytest.raises(TimeLimitExceeded, match="virtual time would pass 2 s"):
         run_controlled(lambda: poll(float("inf")), RandomScheduler(seed=1), max_time=2.0)
-
-
-def test_the_asyncio_internals_the_loop_drives_are_there() -> None:
-    """The one reach into asyncio's private API finds what it drives on this Python; this fails
-    loudly when a Python release moves it (fuzz then runs async pools without controlled
-    schedules, saying so)."""
-    from kvstress.controlled._loop import asyncio_internals_missing
-
-    assert asyncio_internals_missing() == []
-
-
-def test_without_those_internals_fuzz_drops_the_controlled_strategies_with_one_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    """Where asyncio cannot be controlled, an async pool is still fuzzed (machine and stress),
-    and stderr says why in one line."""
-    from kvstress.fuzz import _run, fuzz, load_target
-
-    monkeypatch.setattr(_run, "asyncio_internals_missing", lambda: ["BaseEventLoop._run_once"])
-    outcome = fuzz(
-        load_target("kvstress:AsyncBlockPool"), budget_s=1.0, mix=("pct", "random"), report_dir=tmp_path
-    )
-    assert outcome.finding is None and outcome.executions > 0
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 1 and "without controlled schedules" in lines[0]

@@ -1,8 +1,8 @@
 """An asyncio event loop whose scheduler picks every next callback, on virtual time.
 
 The stock loop runs all ready callbacks in FIFO order and sleeps in ``select`` until the next
-timer. This loop runs one callback per iteration and asks the scheduler which: ready callbacks
-are grouped into lanes, one lane per asyncio task (its steps and wake-ups, numbered 1, 2, ... in
+timer. This loop runs one callback at a time and asks the scheduler which: ready callbacks are
+grouped into lanes, one lane per asyncio task (its steps and wake-ups, numbered 1, 2, ... in
 creation order) and lane 0 for plain callbacks (future callbacks, timers, ``call_soon``). Each
 lane stays FIFO; which lane goes next is the scheduler's choice, asked only when two or more
 lanes are ready. Time is virtual: ``time()`` only moves when nothing is ready, and then jumps
@@ -13,19 +13,25 @@ only under some I/O timing. A program that relies on the FIFO itself (for exampl
 ``sleep(0)`` every task made ready before me has run") can fail here and never in plain
 asyncio; such reliance breaks as soon as timing changes.
 
-Not controlled: threads (``to_thread``, ``run_in_executor``) and real I/O. The selector is
-polled without waiting; when nothing is ready and no timer is pending, ``Deadlock`` is raised.
+How, through public methods only: ``call_soon``, ``call_at`` and ``call_soon_threadsafe`` keep
+their callbacks in this loop's own lanes and timer heap (asyncio's tasks and futures schedule
+through them), and one pump callback, handed to the stock loop's ``call_soon``, runs the chosen
+callbacks a batch at a time. Between batches the stock loop polls its selector without waiting,
+so real I/O and calls from other threads still arrive. Not controlled: threads (``to_thread``,
+``run_in_executor``) and real I/O. When nothing is ready and no timer is pending (I/O polled
+once more), ``Deadlock`` is raised.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import heapq
+import itertools
 import math
-import selectors
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
 from kvstress.controlled._errors import (
     Deadlock,
@@ -37,6 +43,7 @@ from kvstress.controlled._errors import (
 from kvstress.schedulers import Scheduler
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 DEFAULT_MAX_STEPS = 1_000_000
 """Callbacks the loop may run at one instant of virtual time before ``StepLimitExceeded``."""
@@ -51,30 +58,13 @@ ends on a real loop. After this many pass-overs the starved one runs without ask
 scheduler. The choice is a function of the run so far, so replay and DFS see the same one.
 """
 
-_PURGE_MIN_TIMERS = 100  # as in BaseEventLoop: below this, cancelled timers are left in the heap
-_LOOP_INTERNALS = ("_run_once", "_ready", "_scheduled", "_stopping", "_timer_cancelled_count", "_selector")
-_HANDLE_INTERNALS = ("_callback", "_run")
-_missing: list[str] | None = None
+PUMP_BATCH = 256
+"""Callbacks the pump runs before it hands back to the stock loop for one I/O poll."""
 
+_PURGE_MIN_TIMERS = 100  # below this many timers, cancelled ones are left in the heap
 
-def asyncio_internals_missing() -> list[str]:
-    """The asyncio internals this loop drives that this Python's asyncio lacks ([] when none).
-
-    asyncio has no public seam for choosing the next callback, so the controlled loop subclasses
-    the selector loop and runs its ready queue itself; this is the one check of that reach. A
-    test fails loudly when a Python release moves them; ``fuzz`` then runs async pools on
-    asyncio without the controlled strategies, saying so in one line.
-    """
-    global _missing
-    if _missing is None:
-        loop = asyncio.SelectorEventLoop()
-        try:
-            handle = loop.call_soon(lambda: None)
-            _missing = [name for name in _LOOP_INTERNALS if not hasattr(loop, name)]
-            _missing += [f"Handle.{name}" for name in _HANDLE_INTERNALS if not hasattr(handle, name)]
-        finally:
-            loop.close()
-    return _missing
+# A scheduled callback: its handle (what the caller holds: cancel, cancelled), then what runs.
+_Entry = tuple[asyncio.Handle, Callable[..., object], tuple[Any, ...], contextvars.Context]
 
 
 class ControlledEventLoop(asyncio.SelectorEventLoop):
@@ -89,14 +79,6 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     ``steps`` counts callbacks run and ``decisions`` the times the scheduler was asked.
     """
 
-    # BaseEventLoop's internals that this loop drives; typeshed does not declare them.
-    _ready: collections.deque[asyncio.Handle]
-    _scheduled: list[asyncio.TimerHandle]
-    _stopping: bool
-    _timer_cancelled_count: int
-    _selector: selectors.BaseSelector
-    _process_events: Callable[[list[tuple[selectors.SelectorKey, int]]], None]
-
     def __init__(
         self,
         scheduler: Scheduler,
@@ -105,6 +87,16 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         start_time: float = 0.0,
         max_time: float | None = None,
     ) -> None:
+        # This loop's own fields carry a _kv prefix: the stock loop's private names are its own.
+        self._kv_ready: collections.deque[_Entry] = collections.deque()
+        self._kv_inbox: collections.deque[_Entry] = collections.deque()  # from other threads
+        self._kv_timers: list[tuple[float, int, asyncio.TimerHandle, _Entry]] = []
+        self._kv_order = itertools.count()
+        self._kv_live_timers = 0  # timers in the heap at the last purge: the next is due at twice
+        self._kv_armed = False
+        self._kv_stopping = False
+        self._kv_polled = False  # idle once already: I/O had its poll
+        self._kv_error: BaseException | None = None
         super().__init__()  # first: BaseEventLoop.__del__ needs its fields even if we raise below
         try:
             _check_options(max_steps, start_time)
@@ -118,8 +110,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self.steps = 0
         self.decisions = 0
         self.max_time = max_time
-        self._now = self._start = float(start_time)
-        self._budget = max_steps
+        self._kv_now = self._kv_start = float(start_time)
+        self._kv_budget = max_steps
         # Invariant: lane ids are never reused; a task's entry goes when it is done.
         self._lanes: dict[asyncio.Future[Any], int] = {}
         self._next_lane = 1
@@ -127,9 +119,49 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._scheduler_failed = False
         self._starved: dict[int, int] = {}  # ready lane -> decisions it was passed over in a row
 
+    # -- the public surface asyncio's tasks and futures schedule through ------------------------
+
     def time(self) -> float:
         """Virtual time in seconds: moves only when nothing is ready, to the next timer."""
-        return self._now
+        return self._kv_now
+
+    def call_soon(
+        self, callback: Callable[[*Ts], object], *args: *Ts, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:
+        """Queue ``callback(*args)`` in its lane; the scheduler decides when it runs."""
+        if self.is_closed():
+            raise RuntimeError("Event loop is closed")
+        entry = _entry(self, callback, args, context)
+        self._kv_ready.append(entry)
+        self._kv_arm()
+        return entry[0]
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[*Ts], object],
+        *args: *Ts,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """Run ``callback(*args)`` once virtual time reaches ``when``."""
+        if self.is_closed():
+            raise RuntimeError("Event loop is closed")
+        ctx = context if context is not None else contextvars.copy_context()
+        timer = asyncio.TimerHandle(when, callback, args, self, ctx)
+        heapq.heappush(self._kv_timers, (when, next(self._kv_order), timer, (timer, callback, args, ctx)))
+        self._kv_arm()
+        return timer
+
+    def call_soon_threadsafe(
+        self, callback: Callable[[*Ts], object], *args: *Ts, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:
+        """From another thread: queued for the loop's thread, which is woken."""
+        if self.is_closed():
+            raise RuntimeError("Event loop is closed")
+        entry = _entry(self, callback, args, context)
+        self._kv_inbox.append(entry)  # deque.append is atomic
+        super().call_soon_threadsafe(self._kv_arm)
+        return entry[0]
 
     def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
         """Create a task and give it the next lane id (creation order is stable per run)."""
@@ -138,42 +170,95 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         return task
 
     def run_forever(self) -> None:
-        """Run until ``stop()``, at most ``max_steps`` callbacks per instant of virtual time."""
-        self._budget = self.max_steps
+        """Run until ``stop()``, at most ``max_steps`` callbacks per instant of virtual time; a
+        deadlock, a spin or a scheduler's error ends it by raising."""
+        self._kv_budget = self.max_steps
+        self._kv_stopping = False
+        self._kv_error = None
+        self._kv_arm()
         super().run_forever()
+        error, self._kv_error = self._kv_error, None
+        if error is not None:
+            raise error
 
-    def _run_once(self) -> None:
-        ready = self._ready
-        if self._scheduled:
+    def stop(self) -> None:
+        """Stop once the callback running now returns (the pump runs no other after it)."""
+        self._kv_stopping = True
+        super().stop()
+
+    def close(self) -> None:
+        """Close the loop and drop what was still queued."""
+        super().close()
+        self._kv_ready.clear()
+        self._kv_inbox.clear()
+        self._kv_timers.clear()
+
+    # -- the pump -------------------------------------------------------------------------------
+
+    def _kv_arm(self) -> None:
+        if not self._kv_armed and not self.is_closed():
+            self._kv_armed = True
+            super().call_soon(self._kv_pump)
+
+    def _kv_pump(self) -> None:
+        """Run up to ``PUMP_BATCH`` chosen callbacks; a control error stops the loop and is
+        raised from ``run_forever`` (raised here, the stock loop would only log it)."""
+        self._kv_armed = False
+        try:
+            for _ in range(PUMP_BATCH):
+                if self._kv_stopping or not self._kv_step():
+                    break
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as error:
+            self._kv_error = error
+            self.stop()
+            return
+        if not self._kv_stopping:
+            self._kv_arm()
+
+    def _kv_step(self) -> bool:
+        """One iteration; False to give the stock loop its I/O poll first."""
+        inbox, ready = self._kv_inbox, self._kv_ready
+        while inbox:
+            ready.append(inbox.popleft())
+        if self._kv_timers:
             self._fire_due_timers()
         if not ready:
-            if self._stopping:
-                return
-            self._idle()
-            return  # the timers or I/O just made ready are run from the next iteration
-        if self._budget <= 0:
+            return self._idle()
+        self._kv_polled = False
+        if self._kv_budget <= 0:
             culprit = next((t.get_name() for t, lane in self._lanes.items() if lane == self._current), None)  # type: ignore[attr-defined]
             raise StepLimitExceeded(
-                f"the controlled loop ran {self.max_steps} callbacks at virtual time {self._now:g} s "
+                f"the controlled loop ran {self.max_steps} callbacks at virtual time {self._kv_now:g} s "
                 f"without time moving: a livelock or a spin (task {culprit!r} ran last), or a longer "
                 "program (pass a larger max_steps)",
                 culprit,
             )
-        handle = self._choose(ready)
-        if handle is None:
-            return
-        self._budget -= 1
+        entry = self._choose(ready)
+        if entry is None:
+            return True
+        self._kv_budget -= 1
         self.steps += 1
-        handle._run()
-        owner = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+        handle, callback, args, context = entry
+        try:
+            context.run(callback, *args)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # what the stock loop does with a callback's exception
+            self.call_exception_handler(
+                {"message": f"Exception in callback {callback!r}", "exception": exc, "handle": handle}
+            )
+        owner = getattr(callback, "__self__", None)
         if isinstance(owner, asyncio.Task) and owner.done():
             self._lanes.pop(owner, None)
+        return True
 
-    def _choose(self, ready: collections.deque[asyncio.Handle]) -> asyncio.Handle | None:
-        """Take the oldest handle of the lane the scheduler picks (None: look again)."""
+    def _choose(self, ready: collections.deque[_Entry]) -> _Entry | None:
+        """Take the oldest callback of the lane the scheduler picks (None: look again)."""
         if self._scheduler_failed:
-            handle = ready.popleft()
-            return None if handle.cancelled() else handle
+            entry = ready.popleft()
+            return None if entry[0].cancelled() else entry
         heads = self._lane_heads(ready)
         if heads is None:
             return None
@@ -182,19 +267,19 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         index = heads[lane]
         if index == 0:
             return ready.popleft()
-        handle = ready[index]
+        entry = ready[index]
         del ready[index]
-        return handle
+        return entry
 
-    def _lane_heads(self, ready: collections.deque[asyncio.Handle]) -> dict[int, int] | None:
-        """Each ready lane -> the index of its oldest handle; None after dropping cancelled handles."""
+    def _lane_heads(self, ready: collections.deque[_Entry]) -> dict[int, int] | None:
+        """Each ready lane -> the index of its oldest callback; None after dropping cancelled ones."""
         heads: dict[int, int] = {}
-        for index, handle in enumerate(ready):
-            if handle.cancelled():
-                for dead in [handle for handle in ready if handle.cancelled()]:
+        for index, entry in enumerate(ready):
+            if entry[0].cancelled():
+                for dead in [entry for entry in ready if entry[0].cancelled()]:
                     ready.remove(dead)
                 return None  # the indexes moved
-            lane = self._lane_of(handle)
+            lane = self._lane_of(entry[1])
             if lane not in heads:
                 heads[lane] = index
         return heads
@@ -227,9 +312,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         found = next((task for task, number in self._lanes.items() if number == lane), None)
         return found if isinstance(found, asyncio.Task) else None
 
-    def _lane_of(self, handle: asyncio.Handle) -> int:
+    def _lane_of(self, callback: Callable[..., object]) -> int:
         # A task's steps and wake-ups are its bound methods; anything else is a plain callback.
-        owner = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+        owner = getattr(callback, "__self__", None)
         if not isinstance(owner, asyncio.Task):
             return 0
         lane = self._lanes.get(owner)
@@ -242,56 +327,41 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self._next_lane += 1
         return lane
 
-    def _idle(self) -> None:
-        """Nothing is ready: take finished I/O, else jump to the next timer, else it is a deadlock."""
-        events = self._selector.select(0)
-        if events:
-            self._process_events(events)
-            return
-        scheduled = self._scheduled
-        while scheduled and scheduled[0].cancelled():
-            self._pop_timer()
-        if not scheduled:
+    def _idle(self) -> bool:
+        """Nothing is ready: let the stock loop poll I/O once, then jump to the next timer, else
+        it is a deadlock. False when the poll comes first."""
+        timers = self._kv_timers
+        while timers and timers[0][2].cancelled():
+            heapq.heappop(timers)
+        if not timers:
+            if not self._kv_polled:
+                self._kv_polled = True  # finished I/O or a thread's call may still come in
+                return False
             raise Deadlock(self._deadlock_message())
-        when = scheduled[0].when()
-        if self.max_time is not None and when > self._start + self.max_time:
+        when = timers[0][0]
+        if self.max_time is not None and when > self._kv_start + self.max_time:
             raise TimeLimitExceeded(
                 f"virtual time would pass {self.max_time:g} s (next timer at {when:g} s): something "
                 "keeps waiting or polling long past every timeout it was given"
             )
-        if when > self._now:
-            self._now = when
-            self._budget = self.max_steps  # the step bound is per instant: time moved
+        if when > self._kv_now:
+            self._kv_now = when
+            self._kv_budget = self.max_steps  # the step bound is per instant: time moved
         self._fire_due_timers()
+        return True
 
     def _fire_due_timers(self) -> None:
-        scheduled = self._scheduled
-        if len(scheduled) > _PURGE_MIN_TIMERS and 2 * self._timer_cancelled_count > len(scheduled):
-            self._purge_cancelled_timers()
-        now = self._now
-        while scheduled and scheduled[0].when() <= now:
-            timer = self._pop_timer()
+        timers = self._kv_timers
+        if len(timers) > max(_PURGE_MIN_TIMERS, 2 * self._kv_live_timers):
+            # A run full of cancelled timeouts would otherwise keep every one until its far-off time.
+            timers[:] = [timer for timer in timers if not timer[2].cancelled()]
+            heapq.heapify(timers)
+            self._kv_live_timers = len(timers)
+        now = self._kv_now
+        while timers and timers[0][0] <= now:
+            _, _, timer, entry = heapq.heappop(timers)
             if not timer.cancelled():
-                self._ready.append(timer)
-
-    def _pop_timer(self) -> asyncio.TimerHandle:
-        timer = heapq.heappop(self._scheduled)
-        timer._scheduled = False  # type: ignore[attr-defined]  # so a late cancel() is not counted
-        if timer.cancelled():
-            self._timer_cancelled_count -= 1
-        return timer
-
-    def _purge_cancelled_timers(self) -> None:
-        # A run full of cancelled timeouts would otherwise keep every one until its far-off time.
-        live = []
-        for timer in self._scheduled:
-            if timer.cancelled():
-                timer._scheduled = False  # type: ignore[attr-defined]
-            else:
-                live.append(timer)
-        heapq.heapify(live)
-        self._scheduled[:] = live
-        self._timer_cancelled_count = 0
+                self._kv_ready.append(entry)
 
     def _deadlock_message(self) -> str:
         waiting = sorted(
@@ -299,10 +369,20 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         )
         shown = ", ".join(waiting[:8]) + (f" and {len(waiting) - 8} more" if len(waiting) > 8 else "")
         return (
-            f"deadlock at virtual time {self._now:g}: no callback is ready and no timer is pending, "
+            f"deadlock at virtual time {self._kv_now:g}: no callback is ready and no timer is pending, "
             f"so nothing can wake the {len(waiting)} waiting tasks ({shown or 'none'}); a lost "
             "wake-up, or a wait on real I/O or a thread, which the controlled loop does not wait for"
         )
+
+
+def _entry(
+    loop: asyncio.AbstractEventLoop,
+    callback: Callable[..., object],
+    args: tuple[Any, ...],
+    context: contextvars.Context | None,
+) -> _Entry:
+    ctx = context if context is not None else contextvars.copy_context()
+    return asyncio.Handle(callback, args, loop, ctx), callback, args, ctx
 
 
 def _check_options(max_steps: int, start_time: float) -> None:

@@ -28,7 +28,6 @@ from typing import Any
 from kvstress import _flight
 from kvstress._interrupts import watching
 from kvstress._log import get_logger
-from kvstress.controlled._loop import asyncio_internals_missing
 from kvstress.fuzz._slices import STRATEGIES, Finding, run_slice
 from kvstress.fuzz._target import FuzzTarget
 from kvstress.reports import versions, write_report
@@ -112,7 +111,6 @@ def fuzz(
     """
     if not budget_s > 0:
         raise ValueError(f"budget must be a number of seconds > 0, got {budget_s!r}")
-    mix = _runnable(mix, target)
     start = time.monotonic()
     log.info("fuzz.start", pool=target.spec, mode=target.mode, budget_s=budget_s, seed=seed, stream=stream)
     with _ctrl_c_flag() as ctrl_c:
@@ -120,23 +118,6 @@ def fuzz(
     if outcome.interrupted and raise_interrupt:
         raise KeyboardInterrupt
     return outcome
-
-
-def _runnable(mix: Sequence[str], target: FuzzTarget) -> Sequence[str]:
-    """``mix`` less the controlled strategies where this Python's asyncio cannot be controlled
-    (said once, in one line); the state machine and stress still run."""
-    if not (target.is_async and target.backend == "asyncio"):
-        return mix
-    missing = asyncio_internals_missing()
-    if not missing:
-        return mix
-    kept = [s for s in mix if s not in ("pct", "random")] or ["machine", "stress"]
-    print(
-        f"kvstress: this Python's asyncio lacks {', '.join(missing)}, which the controlled loop drives: "
-        f"async pools run without controlled schedules ({', '.join(dict.fromkeys(kept))} only)",
-        file=sys.stderr,
-    )
-    return kept
 
 
 def _loop(
