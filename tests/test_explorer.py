@@ -189,6 +189,7 @@ def test_threads_with_a_lock_pass() -> None:
         ({"strategy": "fifo"}, "strategy"),
         ({"seed": -1}, "seed"),
         ({"replay": "not-a-schedule"}, "replay"),
+        ({"backend": "curio"}, "backend"),
     ],
 )
 def test_bad_arguments_name_themselves(options: dict[str, object], named: str) -> None:
@@ -230,3 +231,45 @@ def test_a_lambda_returning_a_coroutine_is_refused() -> None:
     """A plain function that returns a coroutine fails with a ValueError saying what to pass."""
     with pytest.raises(ValueError, match="fn returned a coroutine"):
         explore(lambda: booking(racy=False)(), schedules=3, seed=0)
+
+
+def trio_lost_update(*, racy: bool) -> Callable[[], Coroutine[Any, Any, None]]:
+    """Two trio tasks started together bump a counter; the racy one reads, yields, then writes."""
+    import trio
+
+    async def main() -> None:
+        shared = {"n": 0}
+
+        async def slow() -> None:
+            if racy:
+                seen = shared["n"]
+                await trio.sleep(0)
+                shared["n"] = seen + 1
+            else:
+                shared["n"] += 1
+                await trio.sleep(0)
+
+        async def quick() -> None:
+            shared["n"] += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow)
+            nursery.start_soon(quick)
+        assert shared["n"] == 2, f"lost update: {shared['n']}"
+
+    return main
+
+
+def test_trio_lost_update_is_found_and_replays() -> None:
+    """On trio, explore seeds each schedule's batch orders: the race is found, its schedule
+    replays it, and the fixed twin passes every schedule."""
+    with pytest.raises(AssertionError, match="lost update") as caught:
+        explore(trio_lost_update(racy=True), schedules=50, strategy="random", seed=5, backend="trio")
+    note = "\n".join(caught.value.__notes__)
+    assert "backend='trio'" in note
+    found = SCHEDULE.search(note)
+    assert found is not None
+    for _ in range(3):
+        with pytest.raises(AssertionError, match="lost update"):
+            explore(trio_lost_update(racy=True), replay=found.group(1), backend="trio")
+    assert explore(trio_lost_update(racy=False), schedules=30, seed=5, backend="trio").schedules == 30

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kvstress.explorer._run import Outcome, search
+from kvstress.explorer._run import Outcome, check_backend, search
 from kvstress.explorer._strategies import (
     check_schedules,
     check_strategy,
@@ -45,6 +45,7 @@ def explore(
     seed: int | None = None,
     replay: str | None = None,
     modules: Iterable[object] = (),
+    backend: str = "asyncio",
 ) -> Explored:
     """Run ``fn()`` under up to ``schedules`` distinct controlled schedules; stop at the first failure.
 
@@ -53,6 +54,9 @@ def explore(
     the threads it starts (``threading.Thread`` in its module or in ``modules``) run one at a
     time, switching at every line of those modules and at every lock, condition, sleep and
     queue, on virtual time. Build the pool inside ``fn`` so each schedule starts fresh.
+    ``backend="trio"`` runs an async ``fn`` on trio instead, seeded per schedule (trio's batch
+    orders, ``MockClock`` virtual time); trio offers no per-step choice, so there every strategy
+    is a seeded random search.
 
     ``strategy`` is ``"pct"`` (default), ``"random"`` or ``"dfs"``; ``seed`` None draws one,
     shown in the failure. ``replay`` (a ``ks1:...`` string from a failure) runs exactly that one
@@ -61,17 +65,19 @@ def explore(
     """
     check_schedules(schedules)
     check_strategy(strategy)
+    check_backend(backend)
     run_seed = pick_seed(seed)
     if not callable(fn):
         raise ValueError(f"fn must be a function to explore, got {fn!r} ({type(fn).__name__})")
     if replay is not None:
-        outcome = search(fn, replay_scheduler(replay), 1, modules=modules)
+        outcome = search(fn, replay_scheduler(replay), 1, modules=modules, backend=backend)
         strategy, schedules = "replay", 1
     else:
-        outcome = search(fn, make_scheduler(strategy, run_seed), schedules, modules=modules)
+        outcome = search(fn, make_scheduler(strategy, run_seed), schedules, modules=modules, backend=backend)
     if outcome.failure is not None:
         call = getattr(fn, "__qualname__", "fn")
-        raise_failure(outcome, strategy, run_seed, schedules, f"kvstress.explore({call}, replay={{!r}})")
+        on = "" if backend == "asyncio" else f", backend={backend!r}"
+        raise_failure(outcome, strategy, run_seed, schedules, f"kvstress.explore({call}, replay={{!r}}{on})")
     return Explored(outcome.runs, strategy, run_seed, outcome.exhausted)
 
 

@@ -55,6 +55,16 @@ def thread_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[t
     return resolve_modules((underlying(fn), *modules, *POOL_MODULES))
 
 
+BACKENDS = ("asyncio", "trio")
+
+
+def check_backend(backend: object, name: str = "backend") -> str:
+    """``backend`` if it is one an async test can be explored on; ValueError naming ``name``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    return str(backend)
+
+
 def search(
     fn: Callable[[], Any],
     scheduler: Scheduler,
@@ -62,13 +72,19 @@ def search(
     *,
     failure_types: tuple[type[BaseException], ...] = (Exception,),
     modules: Iterable[object] = (),
+    backend: str = "asyncio",
 ) -> Outcome:
     """Run ``fn`` under at most ``limit`` executions of ``scheduler``, stopping at the first failure.
 
-    ``ScheduleDivergence`` (``fn`` is not deterministic under control, or a replayed schedule
-    belongs to other code) and ``SchedulerMisbehaved`` are not findings about ``fn``: they
-    propagate, as does anything outside ``failure_types`` (KeyboardInterrupt, a skip).
+    An async ``fn`` runs on ``backend``: the controlled asyncio loop, or trio seeded per
+    execution by one value of the scheduler (``seeded_trio_run``: trio's batch orders and
+    virtual time; trio offers no per-step choice, so every strategy there is a seeded random
+    search). ``ScheduleDivergence`` (``fn`` is not deterministic under control, or a replayed
+    schedule belongs to other code) and ``SchedulerMisbehaved`` are not findings about ``fn``:
+    they propagate, as does anything outside ``failure_types`` (KeyboardInterrupt, a skip).
     """
+    if is_async(fn) and check_backend(backend) == "trio":
+        return _loop(lambda: _trio_once(fn, scheduler), scheduler, limit, failure_types)
     if is_async(fn):
         return _loop(lambda: run_controlled(fn, scheduler), scheduler, limit, failure_types)
     resolved = thread_modules(fn, modules)
@@ -77,6 +93,15 @@ def search(
     with cooperative(resolved):
         once = lambda: ThreadController(scheduler, trace_files=files).run(plain)  # noqa: E731
         return _loop(once, scheduler, limit, failure_types)
+
+
+def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
+    """One execution on trio: the scheduler's one value seeds it."""
+    from kvstress.controlled import seeded_trio_run
+
+    if not scheduler.new_execution():
+        raise SchedulerExhausted(f"{type(scheduler).__name__} has no execution left to run")
+    seeded_trio_run(fn, seed=scheduler.next_u64())
 
 
 def _not_awaitable(fn: Callable[[], Any]) -> Any:

@@ -1,7 +1,7 @@
 """The ``kvstress_explore`` marker and ``--kvstress-replay``: a test run under many schedules.
 
 ``@pytest.mark.kvstress_explore(schedules=200, strategy="pct", seed=None)`` runs the test
-function (async, under pytest-asyncio or anyio on asyncio; or plain, starting threads) once per
+function (async, under pytest-asyncio or anyio on asyncio or trio; or plain, starting threads) once per
 controlled schedule, as ``kvstress.explore`` does, and stops at the first failure. The failure
 is the test's own exception with a note naming the schedule, the seed and the command that
 replays it; ``--kvstress-replay=ks1:...`` runs each selected marked test under that schedule
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from kvstress.explorer._explore import raise_failure
-from kvstress.explorer._run import search
+from kvstress.explorer._run import BACKENDS, search
 from kvstress.explorer._strategies import (
     check_schedules,
     check_strategy,
@@ -57,15 +57,14 @@ class ExploredTests:
         marker = pyfuncitem.get_closest_marker(MARKER_NAME)
         if marker is None:
             return (yield)
-        backend = _anyio_backend(pyfuncitem)
-        if backend not in (None, "asyncio"):
-            # The controlled loop is an asyncio loop: this parametrisation runs as it always did.
+        backend = _anyio_backend(pyfuncitem) or "asyncio"
+        if backend not in BACKENDS:
             self.explored.append(
-                (pyfuncitem.nodeid, f"not explored: anyio backend {backend!r} (asyncio only)")
+                (pyfuncitem.nodeid, f"not explored: anyio backend {backend!r} (asyncio and trio only)")
             )
             return (yield)
         original = pyfuncitem.obj
-        pyfuncitem.obj = self._explorer(pyfuncitem, marker, inspect.unwrap(original))
+        pyfuncitem.obj = self._explorer(pyfuncitem, marker, inspect.unwrap(original), backend)
         try:
             return (yield)
         finally:
@@ -81,7 +80,7 @@ class ExploredTests:
                 terminalreporter.write_line(f"{nodeid}: {line}")
 
     def _explorer(
-        self, item: pytest.Function, marker: pytest.Mark, test: Callable[..., Any]
+        self, item: pytest.Function, marker: pytest.Mark, test: Callable[..., Any], backend: str
     ) -> Callable[..., None]:
         __tracebackhide__ = True
         try:
@@ -109,7 +108,7 @@ class ExploredTests:
             else:
                 scheduler, limit, name = make_scheduler(strategy, seed), schedules, strategy
             failures = (Exception, pytest.fail.Exception)
-            outcome = search(fn, scheduler, limit, failure_types=failures, modules=modules)
+            outcome = search(fn, scheduler, limit, failure_types=failures, modules=modules, backend=backend)
             if outcome.failure is not None:
                 hint = f"pytest --kvstress-replay={{}} {item.nodeid}"
                 raise_failure(outcome, name, seed, limit, hint)
