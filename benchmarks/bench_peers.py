@@ -21,8 +21,9 @@ Each tool gets ``--budget`` seconds per mutant (default 10) and is timed to its 
   an afternoon (``kvstress mutants --compare`` has it as its ``naive`` column).
 
 Timing bugs (a busy wait, a late timeout) have no invariant a short test can state, so the
-peers' columns read ``-`` for them. Numbers vary with the machine, so they are printed, never
-asserted.
+peers' columns read ``-`` for them. Each mutant's row runs in a process of its own: a hung
+naive test leaves threads behind (some poll forever) that would slow every later row. Numbers
+vary with the machine, so they are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -220,10 +221,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--only", default="")
     parser.add_argument("--frontrun-child", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--row", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.frontrun_child:
         cls = getattr(mutants, args.frontrun_child)
         print(json.dumps([frontrun_time(cls, s, args.budget) for s in ("dpor", "random")]))
+        return
+    if args.row:
+        row(getattr(mutants, args.row), args.budget, args.seeds)
         return
     chosen = [
         m
@@ -232,15 +237,23 @@ def main() -> None:
     ]
     print(f"{'mutant':34s} {'kvstress':>16s} {'frontrun dpor':>14s} {'frontrun random':>16s} {'naive':>8s}")
     for cls in chosen:
-        times = []
-        for seed in range(args.seeds):
-            found = detect(cls, budget_s=args.budget, seed=seed)
-            times.append(found.elapsed_s if found.detected else None)
-        hits = [t for t in times if t is not None]
-        ours = f"{statistics.median(hits):.3f} {len(hits)}/{args.seeds}" if hits else f"- 0/{args.seeds}"
-        dpor, rand = frontrun_child(cls.__qualname__, args.budget)
-        naive = _cell(naive_time(load_target(spec_of(cls)), args.budget))
-        print(f"{cls.__qualname__:34s} {ours:>16s} {dpor:>14s} {rand:>16s} {naive:>8s}", flush=True)
+        # A process per mutant: a hung test's abandoned threads (some poll forever) would slow
+        # every later row.
+        command = [sys.executable, __file__, "--row", cls.__qualname__, "--budget", str(args.budget)]
+        subprocess.run([*command, "--seeds", str(args.seeds)], check=False, timeout=30 * args.budget + 600)
+
+
+def row(cls: type, budget: float, seeds: int) -> None:
+    """One mutant's row: kvstress over ``seeds`` seeds, frontrun's two strategies, naive."""
+    times = []
+    for seed in range(seeds):
+        found = detect(cls, budget_s=budget, seed=seed)
+        times.append(found.elapsed_s if found.detected else None)
+    hits = [t for t in times if t is not None]
+    ours = f"{statistics.median(hits):.3f} {len(hits)}/{seeds}" if hits else f"- 0/{seeds}"
+    dpor, rand = frontrun_child(cls.__qualname__, budget)
+    naive = _cell(naive_time(load_target(spec_of(cls)), budget))
+    print(f"{cls.__qualname__:34s} {ours:>16s} {dpor:>14s} {rand:>16s} {naive:>8s}", flush=True)
 
 
 if __name__ == "__main__":
