@@ -227,16 +227,23 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(after
     assert said, out + err
 
 
+def _fresh_python(*statements: str) -> None:
+    """Run the statements in a new interpreter (a fresh import of kvstress); each asserts."""
+    code = "; ".join((*statements, "print('ok')"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
 def test_import_kvstress_loads_nothing_heavy() -> None:
     """``import kvstress`` is instant (torch loads on first use of a name that needs it), and
     every name it exports still resolves."""
-    code = (
-        "import sys, kvstress; assert 'torch' not in sys.modules, 'torch imported'; "
-        "names = [n for n in kvstress.__all__ if getattr(kvstress, n) is None]; "
-        "assert not names, names; assert set(kvstress.__all__) <= set(dir(kvstress)); print('ok')"
+    _fresh_python(
+        "import sys, kvstress",
+        "assert 'torch' not in sys.modules, 'torch imported'",
+        "names = [n for n in kvstress.__all__ if getattr(kvstress, n) is None]",
+        "assert not names, names",
+        "assert set(kvstress.__all__) <= set(dir(kvstress))",
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip() == "ok", done.stderr
 
 
 def test_a_folder_named_kvstress_in_the_current_directory_does_not_shadow_the_package(tmp_path: Path) -> None:
@@ -289,10 +296,8 @@ def test_a_bad_pool_name_is_said_without_cli_flags() -> None:
 
 def test_a_subpackage_import_does_not_hide_the_function_of_its_name() -> None:
     """``kvstress.audit`` and ``kvstress.shadow`` stay the functions after their subpackages load."""
-    code = (
-        "import types, kvstress.audit._core, kvstress.shadow, kvstress; "
-        "assert not isinstance(kvstress.audit, types.ModuleType), kvstress.audit; "
-        "assert not isinstance(kvstress.shadow, types.ModuleType), kvstress.shadow; print('ok')"
+    _fresh_python(
+        "import types, kvstress.audit._core, kvstress.shadow, kvstress",
+        "assert not isinstance(kvstress.audit, types.ModuleType), kvstress.audit",
+        "assert not isinstance(kvstress.shadow, types.ModuleType), kvstress.shadow",
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip() == "ok", done.stderr
