@@ -405,3 +405,29 @@ def test_polling_with_sleeps_is_not_a_spin_but_time_is_bounded() -> None:
     assert run_controlled(lambda: poll(5.0), RandomScheduler(seed=1), max_steps=50) >= 5.0
     with pytest.raises(TimeLimitExceeded, match="virtual time would pass 2 s"):
         run_controlled(lambda: poll(float("inf")), RandomScheduler(seed=1), max_time=2.0)
+
+
+def test_work_in_a_thread_is_waited_for_not_called_a_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``to_thread`` (and the executor's shutdown when the run closes) come back from real
+    threads: the loop waits for them instead of calling the wait a deadlock, and their work
+    takes no virtual time, so a timeout around it does not fire early."""
+    import threading
+
+    async def main() -> tuple[int, float]:
+        start = asyncio.get_running_loop().time()
+        async with asyncio.timeout(1):
+            got = await asyncio.to_thread(lambda: (time.sleep(0.05), 7)[1])
+        return got, asyncio.get_running_loop().time() - start
+
+    for seed in range(5):
+        assert run_controlled(main, RandomScheduler(seed)) == (7, 0.0)
+    # A thread that never comes back is still a deadlock, after the bound.
+    monkeypatch.setattr(kvstress.controlled._loop, "THREAD_WAIT_S", 0.2)
+    never = threading.Event()
+
+    async def stuck() -> None:
+        await asyncio.to_thread(never.wait, 5)
+
+    with pytest.raises(Deadlock, match=r"1 call\(s\) run in a thread .* did not come back within 0.2 s"):
+        run_controlled(stuck, RandomScheduler(1))
+    never.set()

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextvars
 import heapq
 import itertools
 import math
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, TypeVarTuple
 
@@ -57,6 +59,9 @@ does; code that polls until another task acts (anyio re-delivering a cancellatio
 ends on a real loop. After this many pass-overs the starved one runs without asking the
 scheduler. The choice is a function of the run so far, so replay and DFS see the same one.
 """
+
+THREAD_WAIT_S = 10.0
+"""Real seconds an idle loop waits for a call running in a thread before it calls it a deadlock."""
 
 PUMP_BATCH = 256
 """Callbacks the pump runs before it hands back to the stock loop for one I/O poll."""
@@ -96,6 +101,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_armed = False
         self._kv_stopping = False
         self._kv_polled = False  # idle once already: I/O had its poll
+        self._kv_threads = 0  # calls running in a thread (run_in_executor) not yet back
+        self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
         super().__init__()  # first: BaseEventLoop.__del__ needs its fields even if we raise below
         try:
@@ -160,8 +167,31 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             raise RuntimeError("Event loop is closed")
         entry = _entry(self, callback, args, context)
         self._kv_inbox.append(entry)  # deque.append is atomic
+        self._kv_woken.set()
         super().call_soon_threadsafe(self._kv_arm)
         return entry[0]
+
+    def run_in_executor(
+        self, executor: concurrent.futures.Executor | None, func: Callable[[*Ts], T], *args: *Ts
+    ) -> asyncio.Future[T]:
+        """The stock call, counted until it is back: while one is out and nothing else is
+        ready, the loop waits for it in real time before virtual time moves (a thread's work
+        takes no virtual time), instead of calling the wait a deadlock."""
+        future = super().run_in_executor(executor, func, *args)
+        self._kv_threads += 1
+        future.add_done_callback(self._kv_thread_back)
+        return future
+
+    async def shutdown_default_executor(self, *args: Any, **kwargs: Any) -> None:
+        """The stock call (a thread joins the executor's), counted as ``run_in_executor``'s are."""
+        self._kv_threads += 1
+        try:
+            await super().shutdown_default_executor(*args, **kwargs)
+        finally:
+            self._kv_threads -= 1
+
+    def _kv_thread_back(self, future: asyncio.Future[Any]) -> None:
+        self._kv_threads -= 1
 
     def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
         """Create a task and give it the next lane id (creation order is stable per run)."""
@@ -328,8 +358,17 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         return lane
 
     def _idle(self) -> bool:
-        """Nothing is ready: let the stock loop poll I/O once, then jump to the next timer, else
-        it is a deadlock. False when the poll comes first."""
+        """Nothing is ready: wait for calls out in threads, let the stock loop poll I/O once,
+        then jump to the next timer, else it is a deadlock. False when the poll comes first."""
+        if self._kv_threads:
+            self._kv_woken.clear()
+            if not self._kv_inbox and not self._kv_woken.wait(THREAD_WAIT_S):
+                raise Deadlock(
+                    f"at virtual time {self._kv_now:g} nothing is ready, and {self._kv_threads} call(s) "
+                    f"run in a thread (run_in_executor, to_thread) did not come back within "
+                    f"{THREAD_WAIT_S:g} s of real time"
+                )
+            return True
         timers = self._kv_timers
         while timers and timers[0][2].cancelled():
             heapq.heappop(timers)
