@@ -12,18 +12,17 @@ so they are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # Measure this checkout, not whatever copy of kvstress happens to be installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._compare import MISS, compare
 from kvstress.fuzz._run import parse_mix
 from kvstress.fuzz._score import detect
 from kvstress.mutants import MUTANTS
-
-MISS = float("inf")
 
 
 def main() -> None:
@@ -38,28 +37,15 @@ def main() -> None:
     seeds = [int(seed) for seed in args.seeds.split(",")]
     only = {name for name in args.only.split(",") if name}
     pools = [pool for pool in MUTANTS if not only or pool.__qualname__ in only]
-    times: dict[str, dict[str, list[float]]] = {name: {} for name in mixes}
-    for pool in pools:
-        for seed in seeds:
-            for name, mix in mixes.items():
-                found = detect(pool, budget_s=args.budget, seed=seed, mix=mix)
-                elapsed = found.elapsed_s if found.detected and found.elapsed_s is not None else MISS
-                times[name].setdefault(pool.__qualname__, []).append(elapsed)
-        cells = (f"{', '.join(_seconds(t) for t in times[name][pool.__qualname__])}" for name in mixes)
-        print(f"{pool.__qualname__:40s} " + "  |  ".join(cells), flush=True)
-    print()
-    for name in mixes:
-        runs = [t for per_seed in times[name].values() for t in per_seed]
-        medians = [statistics.median(per_seed) for per_seed in times[name].values()]
-        print(
-            f"{name}: median {_seconds(statistics.median(runs))} s, slowest {_seconds(max(runs))} s, "
-            f"misses {sum(t == MISS for t in runs)} of {len(runs)}, "
-            f"sum of per-mutant medians {_seconds(sum(medians))} s"
-        )
 
+    def finder(mix: tuple[str, ...]) -> Callable[[type, int], float]:
+        def find(pool: type, seed: int) -> float:
+            found = detect(pool, budget_s=args.budget, seed=seed, mix=mix)
+            return found.elapsed_s if found.detected and found.elapsed_s is not None else MISS
 
-def _seconds(value: float) -> str:
-    return "miss" if value == MISS else f"{value:.3f}"
+        return find
+
+    compare(pools, seeds, {name: finder(mix) for name, mix in mixes.items()}, slowest=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,12 +20,11 @@ from pathlib import Path
 # Measure this checkout, not whatever copy of kvstress happens to be installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._compare import MISS, compare
 from kvstress.fuzz._score import expected_of
 from kvstress.mutants import MUTANTS
 from kvstress.scenarios import ScenarioConfig, search
 from kvstress.schedulers import RandomScheduler
-
-MISS = float("inf")
 
 
 class NoTimersRandomScheduler(RandomScheduler):
@@ -63,27 +61,15 @@ def main() -> None:
         if not inspect.iscoroutinefunction(pool.acquire) and (not only or pool.__qualname__ in only)
     ]
     variants = {"timers": RandomScheduler, "no timers": NoTimersRandomScheduler}
-    times: dict[str, dict[str, list[float]]] = {name: {} for name in variants}
     print(f"{'mutant':40s} " + "  |  ".join(variants), flush=True)
-    for pool in pools:
-        for seed in seeds:
-            for name, cls in variants.items():
-                found = time_to_find(pool, cls(seed=seed), args.budget)
-                times[name].setdefault(pool.__qualname__, []).append(found)
-        cells = (", ".join(_seconds(t) for t in times[name][pool.__qualname__]) for name in variants)
-        print(f"{pool.__qualname__:40s} " + "  |  ".join(cells), flush=True)
-    print()
-    for name in variants:
-        runs = [t for per_seed in times[name].values() for t in per_seed]
-        medians = [statistics.median(per_seed) for per_seed in times[name].values()]
-        print(
-            f"{name}: median {_seconds(statistics.median(runs))} s, misses {sum(t == MISS for t in runs)} "
-            f"of {len(runs)}, sum of per-mutant medians {_seconds(sum(medians))} s"
-        )
-
-
-def _seconds(value: float) -> str:
-    return "miss" if value == MISS else f"{value:.3f}"
+    compare(
+        pools,
+        seeds,
+        {
+            name: lambda pool, seed, cls=cls: time_to_find(pool, cls(seed=seed), args.budget)
+            for name, cls in variants.items()
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -154,38 +154,11 @@ def test_replay_reproduces_a_random_execution() -> None:
     assert run(writers, ReplayScheduler(schedule.encode())) == trace
 
 
-def test_virtual_time_moves_only_when_no_thread_is_runnable() -> None:
-    """A busy thread sees the clock stand still; sleepers wake in deadline order at their exact times."""
-
-    def main() -> tuple[list[float], list[tuple[str, float]]]:
-        busy: list[float] = []
-        woke: list[tuple[str, float]] = []
-
-        def sleeper(name: str, secs: float) -> None:
-            time.sleep(secs)
-            woke.append((name, time.monotonic()))
-
-        def worker() -> None:
-            for _ in range(20):
-                busy.append(time.monotonic())
-
-        threads = [spawn(lambda: sleeper("three", 3)), spawn(lambda: sleeper("one", 1)), spawn(worker)]
-        threads.append(spawn(lambda: sleeper("two", 2)))
-        for thread in threads:
-            thread.join()
-        return busy, woke
-
-    for seed in range(3):
-        busy, woke = run(main, PCTScheduler(seed=seed))
-        assert busy == [0.0] * 20
-        assert woke == [("one", 1.0), ("two", 2.0), ("three", 3.0)]
-
-
-def test_a_random_schedule_may_fire_a_sleeper_s_timer_while_others_run() -> None:
-    """With ``fires_timers`` (random) a sleeper is a choice: its timer may fire while a busy
-    thread is still runnable, never before its own deadline, and the busy thread is credited
-    every jump it sat through runnable. A sleep longer than ``FIRE_HORIZON`` still ends only
-    once every thread is blocked."""
+def sleepers_around_a_worker(
+    sleeps: Sequence[tuple[str, float]],
+) -> Callable[[], tuple[list[float], float, list[tuple[str, float]]]]:
+    """A run: the first two sleepers, a worker reading the clock 20 times, then the rest; it
+    returns the worker's readings, the jumps credited to it, and who woke when."""
     from kvstress.controlled._coop import excused_seconds
 
     def main() -> tuple[list[float], float, list[tuple[str, float]]]:
@@ -202,15 +175,32 @@ def test_a_random_schedule_may_fire_a_sleeper_s_timer_while_others_run() -> None
                 busy.append(time.monotonic())
             credit[0] = excused_seconds()
 
-        threads = [spawn(lambda: sleeper("three", 0.003)), spawn(lambda: sleeper("one", 0.001))]
+        threads = [spawn(functools.partial(sleeper, name, secs)) for name, secs in sleeps[:2]]
         threads.append(spawn(worker))
-        threads.append(spawn(lambda: sleeper("two", 0.002)))
-        threads.append(spawn(lambda: sleeper("long", 1.0)))
+        threads += [spawn(functools.partial(sleeper, name, secs)) for name, secs in sleeps[2:]]
         for thread in threads:
             thread.join()
         return busy, credit[0], woke
 
+    return main
+
+
+def test_virtual_time_moves_only_when_no_thread_is_runnable() -> None:
+    """A busy thread sees the clock stand still; sleepers wake in deadline order at their exact times."""
+    main = sleepers_around_a_worker([("three", 3), ("one", 1), ("two", 2)])
+    for seed in range(3):
+        busy, _, woke = run(main, PCTScheduler(seed=seed))
+        assert busy == [0.0] * 20
+        assert woke == [("one", 1.0), ("two", 2.0), ("three", 3.0)]
+
+
+def test_a_random_schedule_may_fire_a_sleeper_s_timer_while_others_run() -> None:
+    """With ``fires_timers`` (random) a sleeper is a choice: its timer may fire while a busy
+    thread is still runnable, never before its own deadline, and the busy thread is credited
+    every jump it sat through runnable. A sleep longer than ``FIRE_HORIZON`` still ends only
+    once every thread is blocked."""
     least = {"one": 0.001, "two": 0.002, "three": 0.003, "long": 1.0}
+    main = sleepers_around_a_worker([("three", 0.003), ("one", 0.001), ("two", 0.002), ("long", 1.0)])
     moved = 0
     for seed in range(10):
         busy, credit, woke = run(main, RandomScheduler(seed=seed))
