@@ -81,17 +81,20 @@ def explore(
     return Explored(outcome.runs, strategy, run_seed, outcome.exhausted)
 
 
-def failure_note(outcome: Outcome, strategy: str, seed: int, limit: int, replay_hint: str) -> str:
+def failure_note(
+    outcome: Outcome, strategy: str, seed: int, limit: int, replay_hint: str, what: str = "failed"
+) -> str:
     """The lines added to a failure: which schedule failed, its seed, and how to replay it.
 
-    ``replay_hint`` is a format string whose ``{}`` (or ``{!r}``) takes the schedule text.
+    ``replay_hint`` is a format string whose ``{}`` (or ``{!r}``) takes the schedule text;
+    ``what`` says what happened to the schedule.
     """
     schedule = str(outcome.schedule)
     if strategy == "replay":
-        head = "kvstress: the replayed schedule failed"
+        head = f"kvstress: the replayed schedule {what}"
     else:
         head = (
-            f"kvstress: schedule {outcome.runs} of at most {limit} failed (strategy {strategy!r}, "
+            f"kvstress: schedule {outcome.runs} of at most {limit} {what} (strategy {strategy!r}, "
             f"seed {seed}; the same seed repeats the search)"
         )
     return f"{head}\n  schedule: {schedule}\n  replay:   {replay_hint.format(schedule)}"

@@ -8,9 +8,10 @@ replays it; ``--kvstress-replay=ks1:...`` runs each selected marked test under t
 alone. A passing test's count of schedules goes to its report (the ``kvstress_schedules``
 JUnit property and a ``kvstress explore`` section) and to the terminal summary.
 
-The plugin swaps the function pytest is about to call (``pyfuncitem.obj``) for a plain one that
-explores it, so the stock call path passes it its fixtures. Fixtures are set up once per test,
-not per schedule: build what a schedule changes (the pool) inside the test.
+The plugin runs a marked test's protocol once per schedule, on fresh fixtures (``_protocol``),
+and swaps the function pytest is about to call (``pyfuncitem.obj``) for a plain one that runs
+one schedule of it, so the stock call path passes it its fixtures. Where another plugin runs the
+protocol instead, the swapped-in function runs every schedule on fixtures set up once.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Generator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from kvstress.explorer._explore import raise_failure
+from kvstress.explorer._explore import failure_note, raise_failure
 from kvstress.explorer._run import BACKENDS, search
 from kvstress.explorer._strategies import (
     check_schedules,
@@ -31,6 +33,7 @@ from kvstress.explorer._strategies import (
     pick_seed,
     replay_scheduler,
 )
+from kvstress.pytest_plugin._protocol import RUN, SECTION, Run, run_schedules
 from kvstress.pytest_plugin._seeds import seed_for
 from kvstress.schedulers import Scheduler
 
@@ -39,8 +42,11 @@ MARKER = (
     f"{MARKER_NAME}(schedules=200, strategy='pct', seed=None, modules=()): run the test under up to "
     "that many controlled schedules (kvstress.explore), stopping at the first failure"
 )
-SECTION = "kvstress explore"
 _OPTIONS = ("schedules", "strategy", "seed", "modules")
+_THEN_TEARDOWN = "passed, and then its fixtures' teardown failed"
+_WITH_GIVEN = (
+    "does not combine with Hypothesis' @given; explore a plain test, or call kvstress.explore inside"
+)
 
 
 class ExploredTests:
@@ -51,20 +57,38 @@ class ExploredTests:
         self._replay = replay
         self.explored: list[tuple[str, str]] = []  # (node id, what ran) per passing marked test
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        """A marked test runs its protocol once per schedule, each on fresh fixtures."""
+        marker = item.get_closest_marker(MARKER_NAME)
+        if marker is None or not isinstance(item, pytest.Function):
+            return None
+        run_schedules(item, nextitem, self._run(item, marker))
+        return True
+
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
-        """For a marked test, let pytest call an explorer of the test function instead."""
+        """For a marked test, let pytest call an explorer of the test function instead: one
+        schedule per call on a copy made by ``run_schedules``, all of them otherwise (another
+        plugin ran the protocol, so the fixtures are set up once)."""
         marker = pyfuncitem.get_closest_marker(MARKER_NAME)
         if marker is None:
             return (yield)
+        run = pyfuncitem.stash.get(RUN, None)
         backend = _anyio_backend(pyfuncitem) or "asyncio"
         if backend not in BACKENDS:
+            if run is not None:
+                run.done = True
             self.explored.append(
                 (pyfuncitem.nodeid, f"not explored: anyio backend {backend!r} (asyncio and trio only)")
             )
             return (yield)
         original = pyfuncitem.obj
-        pyfuncitem.obj = self._explorer(pyfuncitem, marker, inspect.unwrap(original), backend)
+        test = inspect.unwrap(original)
+        if run is None:
+            pyfuncitem.obj = self._explorer(pyfuncitem, marker, test, backend)
+        else:
+            pyfuncitem.obj = self._one_schedule(pyfuncitem, run, test, backend)
         try:
             return (yield)
         finally:
@@ -91,10 +115,7 @@ class ExploredTests:
             problem = ""
         if hasattr(item.obj, "hypothesis"):
             # Each schedule would rerun the whole @given search, and its draws are not replayed.
-            problem = (
-                "does not combine with Hypothesis' @given; explore a plain test, or call "
-                "kvstress.explore inside"
-            )
+            problem = _WITH_GIVEN
         if problem:  # failed outside the except block, so no "during handling" chain is shown
             pytest.fail(f"{MARKER_NAME}: {problem}", pytrace=False)
 
@@ -112,12 +133,62 @@ class ExploredTests:
             if outcome.failure is not None:
                 hint = f"pytest --kvstress-replay={{}} {item.nodeid}"
                 raise_failure(outcome, name, seed, limit, hint)
-            line = f"explored {outcome.runs} schedules (strategy {name!r}, seed {seed})"
-            item.user_properties.append(("kvstress_schedules", outcome.runs))
-            item.add_report_section("call", SECTION, line)
-            self.explored.append((item.nodeid, line))
+            self._passed(item, outcome.runs, name, seed)
 
         return explore_test
+
+    def _run(self, item: pytest.Function, marker: pytest.Mark) -> Run:
+        """The exploration of one marked test: its scheduler and limit, or what is wrong."""
+        try:
+            schedules, strategy, seed, modules = self._options(item, marker)
+        except ValueError as error:
+            return Run(None, 1, "", 0, problem=str(error))
+        if hasattr(item.obj, "hypothesis"):
+            return Run(None, 1, "", 0, problem=_WITH_GIVEN)
+        if self._replay is not None:
+            return Run(replay_scheduler(self._replay, "--kvstress-replay"), 1, "replay", seed, modules)
+        return Run(make_scheduler(strategy, seed), schedules, strategy, seed, modules)
+
+    def _one_schedule(
+        self, item: pytest.Function, run: Run, test: Callable[..., Any], backend: str
+    ) -> Callable[..., None]:
+        """The test function as one schedule of ``run``; the last one records the count."""
+
+        @functools.wraps(test)
+        def explore_once(**fixtures: Any) -> None:
+            __tracebackhide__ = True
+            if run.scheduler is None:
+                run.done = True
+                pytest.fail(f"{MARKER_NAME}: {run.problem}", pytrace=False)
+            fn = functools.partial(test, **fixtures)
+            failures = (Exception, pytest.fail.Exception)
+            try:
+                outcome = search(
+                    fn, run.scheduler, 1, failure_types=failures, modules=run.modules, backend=backend
+                )
+            except BaseException:
+                run.done = True
+                raise
+            run.runs += outcome.runs
+            hint = f"pytest --kvstress-replay={{}} {item.nodeid}"
+            if outcome.failure is not None:
+                run.done = True
+                raise_failure(replace(outcome, runs=run.runs), run.name, run.seed, run.limit, hint)
+            if outcome.runs:
+                ran = replace(outcome, runs=run.runs, schedule=run.scheduler.schedule())
+                run.teardown_note = failure_note(ran, run.name, run.seed, run.limit, hint, _THEN_TEARDOWN)
+            if outcome.exhausted or run.runs >= run.limit:
+                run.done = True
+                self._passed(item, run.runs, run.name, run.seed)
+
+        return explore_once
+
+    def _passed(self, item: pytest.Function, runs: int, name: str, seed: int) -> None:
+        """Record a passing test's count: its report section, JUnit property and summary line."""
+        line = f"explored {runs} schedules (strategy {name!r}, seed {seed})"
+        item.user_properties.append(("kvstress_schedules", runs))
+        item.add_report_section("call", SECTION, line)
+        self.explored.append((item.nodeid, line))
 
     def _options(
         self, item: pytest.Function, marker: pytest.Mark
@@ -141,8 +212,10 @@ class ExploredTests:
 
 def _anyio_backend(item: pytest.Function) -> str | None:
     """The anyio backend a test runs on (None when it is no anyio test)."""
-    funcargs: dict[str, object] = getattr(item, "funcargs", {})
+    funcargs: dict[str, object] = getattr(item, "funcargs", None) or {}
     backend = funcargs.get("anyio_backend")
+    if backend is None and hasattr(item, "callspec"):
+        backend = item.callspec.params.get("anyio_backend")
     name = backend[0] if isinstance(backend, tuple) else backend
     return None if name is None else str(name)
 

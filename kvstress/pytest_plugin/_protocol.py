@@ -1,0 +1,231 @@
+"""One marked test, one fresh set of fixtures per schedule: pytest's test protocol, repeated.
+
+pytest sets a test's fixtures up once per run of its protocol (setup, call, teardown). An
+explored test is many runs, one per schedule, and its fixtures must be fresh for each, as they
+would be for as many separate tests: a pool built by a fixture keeps what the last schedule did
+to it (a counter, an ``asyncio.Condition`` bound to the last schedule's event loop), and a
+correct test would then fail on the second schedule.
+
+So the plugin runs the protocol itself for a marked test. Each schedule runs on a fresh copy of
+the item (``Function.from_parent``, the public constructor), through pytest's own hooks:
+``pytest_runtest_setup``, ``pytest_runtest_call`` (which runs one schedule, see
+``_explore``), ``pytest_runtest_teardown``, each wrapped in ``CallInfo`` and turned into a report
+by ``pytest_runtest_makereport``. Only the last copy's reports are logged, so the test reports
+once: its failing schedule, or its last passing one. Between schedules a copy is torn down to
+the test's parent only (``nextitem`` is the test itself), so wider fixtures live on.
+
+A plain test that starts threads has its modules made cooperative for its fixtures too, so a
+pool a fixture builds takes the baton's locks.
+"""
+
+from __future__ import annotations
+
+import bdb
+import contextlib
+import functools
+import inspect
+import types
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pytest
+
+from kvstress.controlled._patch import cooperative
+from kvstress.explorer._run import is_async, thread_modules
+from kvstress.schedulers import Scheduler
+
+SECTION = "kvstress explore"
+RUN = pytest.StashKey["Run"]()
+"""On each copy of a marked test: the exploration it takes a schedule of."""
+
+
+@dataclass
+class Run:
+    """A marked test's exploration, shared by its copies: each copy's call runs one schedule.
+
+    ``done`` is set by the call that ends it: a failure, the last of ``limit`` schedules, a
+    scheduler with nothing left, or a test that is not explored (it ran as it is).
+    """
+
+    scheduler: Scheduler | None  # None: the marker is wrong (``problem``) and nothing is explored
+    limit: int
+    name: str  # the strategy, or "replay"
+    seed: int
+    modules: tuple[object, ...] = ()
+    problem: str = ""
+    runs: int = 0  # schedules run so far
+    done: bool = False
+    teardown_note: str = ""  # how to replay the schedule just run, should its teardown fail
+
+
+def run_schedules(item: pytest.Function, nextitem: pytest.Item | None, run: Run) -> None:
+    """pytest's protocol for ``item``, once per schedule of ``run`` on a fresh copy of it."""
+    ihook = item.ihook
+    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    direct = _direct_params(item)
+    with _patched(item, run):
+        while True:
+            copy = _copy(item, direct)
+            copy.stash[RUN] = run
+            reports, calls, unbound = _once(copy, item, nextitem, run, direct)
+            if unbound is not None and not run.done:
+                direct.append(unbound)  # a direct parameter after all: bind it and set up again
+            elif _final(reports, run, item):
+                break
+    for report in reports:
+        ihook.pytest_runtest_logreport(report=report)
+    for report, call in zip(reports, calls, strict=True):
+        if _interactive(call, report):
+            ihook.pytest_exception_interact(node=copy, call=call, report=report)
+    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+def _once(
+    copy: pytest.Function, item: pytest.Function, nextitem: pytest.Item | None, run: Run, direct: list[str]
+) -> tuple[list[pytest.TestReport], list[pytest.CallInfo[None]], str | None]:
+    """Setup, call and teardown of one copy, torn down to the parent unless it is the last;
+    and the name of a parameter its setup looked up as a fixture, if that is why it failed."""
+    ihook = copy.ihook
+    reports: list[pytest.TestReport] = []
+    calls: list[pytest.CallInfo[None]] = []
+
+    def phase(when: Literal["setup", "call", "teardown"], hook: Callable[[], None]) -> None:
+        call = pytest.CallInfo.from_call(hook, when=when, reraise=_reraise(copy))
+        calls.append(call)
+        reports.append(ihook.pytest_runtest_makereport(item=copy, call=call))
+
+    phase("setup", lambda: ihook.pytest_runtest_setup(item=copy))
+    unbound = _unbound_param(item, calls[0], direct)
+    if reports[0].passed and not copy.config.getoption("setuponly", False):
+        phase("call", lambda: ihook.pytest_runtest_call(item=copy))
+    last = unbound is None and _final(reports, run, item)
+    after = nextitem if last else item
+    phase("teardown", lambda: ihook.pytest_runtest_teardown(item=copy, nextitem=after))
+    if len(reports) == 3 and reports[1].passed and reports[2].failed and run.teardown_note:
+        reports[2].sections.append((SECTION, run.teardown_note))
+    if not last and not reports[-1].passed:
+        _tear_down_to(nextitem, item, direct)  # the run ends here, with the parent still set up
+        run.done = True
+    return reports, calls, unbound
+
+
+def _final(reports: list[pytest.TestReport], run: Run, item: pytest.Function) -> bool:
+    session = item.session
+    stopping = bool(session.shouldfail or session.shouldstop)
+    return run.done or stopping or any(not report.passed for report in reports)
+
+
+def _tear_down_to(nextitem: pytest.Item | None, item: pytest.Function, direct: list[str]) -> None:
+    """Finish a teardown that stopped at ``item``'s parent: one more copy is set up (its call
+    skipped) and torn down to ``nextitem``, through the same hooks, and its reports dropped;
+    pytest has no public call that tears down without a test."""
+    spare = _copy(item, direct)
+    ihook = spare.ihook
+    reraise = _reraise(spare)
+    pytest.CallInfo.from_call(lambda: ihook.pytest_runtest_setup(item=spare), "setup", reraise)
+    pytest.CallInfo.from_call(
+        lambda: ihook.pytest_runtest_teardown(item=spare, nextitem=nextitem), "teardown", reraise
+    )
+
+
+def _copy(item: pytest.Function, direct: Iterable[str]) -> pytest.Function:
+    """A fresh item for the same test: its own fixture request, instance and markers.
+
+    pytest resolves the copy's fixtures again. The values of a direct parametrisation
+    (``@pytest.mark.parametrize`` without ``indirect``) are no fixtures there, so the names in
+    ``direct`` are bound to the copy's function instead, and pytest leaves them out of what it
+    sets up. Names a plugin added to the test's fixtures (anyio's ``anyio_backend``) are added
+    to the copy's.
+    """
+    callspec = getattr(item, "callspec", None)
+    options: dict[str, Any] = {}
+    values = {name: callspec.params[name] for name in direct} if callspec is not None else {}
+    if values:
+        function = item.obj
+        if inspect.ismethod(function) and isinstance(item.parent, pytest.Class):
+            instance = item.parent.newinstance()  # type: ignore[no-untyped-call]  # fresh, as pytest gives
+            options["callobj"] = types.MethodType(_bound(function.__func__, values), instance)
+        else:
+            options["callobj"] = _bound(function, values)
+    copy = type(item).from_parent(
+        item.parent,
+        name=item.name,
+        callspec=callspec,
+        keywords=item.keywords,
+        originalname=item.originalname,
+        **options,
+    )
+    for mark in item.own_markers:  # markers a hook added to the item (pytest_collection_modifyitems)
+        if mark not in copy.own_markers:
+            copy.own_markers.append(mark)
+    for name in item.fixturenames:
+        if name not in copy.fixturenames and name not in values:
+            copy.fixturenames.append(name)
+    return copy
+
+
+def _direct_params(item: pytest.Function) -> list[str]:
+    """The names ``item``'s ``parametrize`` markers pass straight to the test function (a
+    ``pytest_generate_tests`` hook's are found when the copy's setup misses them)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return []
+    direct: list[str] = []
+    for mark in item.iter_markers(name="parametrize"):
+        if not mark.args:
+            continue
+        names = mark.args[0]
+        names = [n.strip() for n in names.split(",") if n.strip()] if isinstance(names, str) else list(names)
+        indirect = mark.kwargs.get("indirect", False)
+        for name in names:
+            through_fixture = indirect is True or (isinstance(indirect, list | tuple) and name in indirect)
+            if not through_fixture and name in callspec.params and name not in direct:
+                direct.append(name)
+    return direct
+
+
+def _unbound_param(item: pytest.Function, setup: pytest.CallInfo[None], direct: list[str]) -> str | None:
+    """The parameter a copy's setup failed to find as a fixture: a direct one to bind."""
+    callspec = getattr(item, "callspec", None)
+    error = setup.excinfo.value if setup.excinfo is not None else None
+    if callspec is None or not isinstance(error, pytest.FixtureLookupError):
+        return None
+    name = error.argname
+    return name if name in callspec.params and name not in direct else None
+
+
+def _bound(function: Callable[..., Any], values: dict[str, object]) -> Callable[..., Any]:
+    """``function`` with ``values`` bound by keyword, keeping its markers and its async-ness."""
+    bound = functools.partial(function, **values)
+    bound.__dict__.update(getattr(function, "__dict__", {}))  # pytestmark and other attributes
+    return bound
+
+
+def _reraise(item: pytest.Item) -> tuple[type[BaseException], ...]:
+    """What escapes a phase rather than failing it, as pytest's own protocol decides."""
+    if item.config.getoption("usepdb", False):
+        return (pytest.exit.Exception,)
+    return (pytest.exit.Exception, KeyboardInterrupt)
+
+
+def _interactive(call: pytest.CallInfo[None], report: pytest.TestReport) -> bool:
+    """Whether ``--pdb`` and friends should see this phase's exception."""
+    if call.excinfo is None or hasattr(report, "wasxfail"):
+        return False
+    return not isinstance(call.excinfo.value, pytest.skip.Exception | bdb.BdbQuit)
+
+
+@contextlib.contextmanager
+def _patched(item: pytest.Function, run: Run) -> Iterator[None]:
+    """For a plain test: its modules cooperative for whole schedules, fixtures included."""
+    if is_async(item.obj) or run.scheduler is None:
+        yield
+        return
+    try:
+        modules = thread_modules(item.obj, run.modules)
+    except ValueError:
+        yield  # the call reports the bad ``modules`` argument
+        return
+    with cooperative(modules):
+        yield
