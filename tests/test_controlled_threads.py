@@ -477,6 +477,70 @@ def test_patching_is_restored_after_a_failed_run(monkeypatch: pytest.MonkeyPatch
     assert threading.Lock is REAL_LOCK
 
 
+GLOBALS_SOURCE = """
+import threading
+
+LOCK = threading.Lock()
+HELD = threading.Lock()
+HELD.acquire()
+RLOCK = threading.RLock()
+COND = threading.Condition(LOCK)
+SEMAPHORE = threading.Semaphore(3)
+SEMAPHORE.acquire()
+BOUNDED = threading.BoundedSemaphore(4)
+BOUNDED.acquire()
+EVENT = threading.Event()
+EVENT.set()
+
+
+class Holder:
+    lock = threading.Lock()
+
+
+def bump(counter):
+    with COND:
+        seen = counter[0]
+        COND.notify_all()
+        counter[0] = seen + 1
+    with Holder.lock, RLOCK, RLOCK:
+        pass
+
+
+def names():
+    return dict(LOCK=LOCK, HELD=HELD, RLOCK=RLOCK, COND=COND, SEMAPHORE=SEMAPHORE, BOUNDED=BOUNDED,
+                EVENT=EVENT, class_lock=Holder.lock)
+"""
+
+
+def test_primitives_made_at_import_are_cooperative_during_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A named module's module-level and class-level primitives are cooperative copies in their
+    present state during the run (a held lock is left alone), and the real ones come back after:
+    threads that take a lock made at import no longer stall a correct program."""
+    shared = module_from_source("kvstress_test_globals", GLOBALS_SOURCE, monkeypatch)
+    before = shared.names()
+
+    def main() -> tuple[dict[str, Any], int]:
+        counter = [0]
+        workers = [threading.Thread(target=shared.bump, args=(counter,)) for _ in range(3)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return shared.names(), counter[0]
+
+    for seed in range(20):
+        inside, count = run_threads(main, RandomScheduler(seed), modules=[shared, __name__])
+        assert count == 3
+    assert isinstance(inside["LOCK"], _coop.Lock) and isinstance(inside["class_lock"], _coop.Lock)
+    assert isinstance(inside["RLOCK"], _coop.RLock) and inside["HELD"] is before["HELD"]
+    assert isinstance(inside["COND"], _coop.Condition) and inside["COND"]._lock is inside["LOCK"]
+    assert inside["SEMAPHORE"]._value == 2 and not isinstance(inside["SEMAPHORE"], _coop.BoundedSemaphore)
+    assert (inside["BOUNDED"]._value, inside["BOUNDED"]._initial) == (3, 4)
+    assert inside["EVENT"].is_set()
+    assert shared.names() == before  # the real ones are back, in the state they were in
+    assert before["BOUNDED"]._value == 3 and before["SEMAPHORE"]._value == 2 and before["HELD"].locked()
+
+
 HIERARCHY_SOURCES = {
     "kvstress_test_base": (
         "import threading\n\nclass Base:\n    def lock(self):\n        return threading.Lock()\n"

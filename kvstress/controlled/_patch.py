@@ -143,8 +143,14 @@ def source_files(modules: Iterable[types.ModuleType]) -> frozenset[str]:
 
 
 def cooperative(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContextManager[None]:
-    """Within the block, ``modules`` see cooperative primitives; restored on the way out."""
-    return _swapped(modules, _THREAD_SWAPS)
+    """Within the block, ``modules`` see cooperative primitives; restored on the way out.
+
+    Besides the names they import, the primitives they made at import (a module-level
+    ``threading.Lock()``, a class attribute) are swapped for cooperative copies in the same
+    state: a real lock held by a parked thread would block the next thread that takes it
+    outside the scheduler's view, and the run would stall on a correct pool.
+    """
+    return _swapped(modules, _THREAD_SWAPS, primitives=True)
 
 
 def loop_clock(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContextManager[None]:
@@ -153,9 +159,15 @@ def loop_clock(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContex
     return _swapped(modules, _LOOP_SWAPS)
 
 
+_Undo = tuple[dict[str, Any] | type, str, object, object]  # (namespace or class, name, real, stand-in)
+
+
 @contextlib.contextmanager
-def _swapped(modules: Iterable[types.ModuleType], swaps: dict[int, tuple[object, object]]) -> Iterator[None]:
-    undo: list[tuple[types.ModuleType, str, object, object]] = []
+def _swapped(
+    modules: Iterable[types.ModuleType], swaps: dict[int, tuple[object, object]], primitives: bool = False
+) -> Iterator[None]:
+    undo: list[_Undo] = []
+    made: dict[int, object] = {}  # id(real primitive) -> its stand-in, shared by every place it is
     try:
         for module in modules:
             namespace = vars(module)
@@ -163,10 +175,95 @@ def _swapped(modules: Iterable[types.ModuleType], swaps: dict[int, tuple[object,
                 swap = swaps.get(id(value))
                 if swap is not None and swap[0] is value:
                     namespace[name] = swap[1]
-                    undo.append((module, name, value, swap[1]))
+                    undo.append((namespace, name, value, swap[1]))
+                elif primitives:
+                    _swap_primitive(namespace, name, value, made, undo)
+                    if isinstance(value, type) and value.__module__ == module.__name__:
+                        for attribute, member in list(vars(value).items()):
+                            _swap_primitive(value, attribute, member, made, undo)
         yield
     finally:
-        for module, name, real, stand_in in reversed(undo):
-            namespace = vars(module)
-            if namespace.get(name) is stand_in:
-                namespace[name] = real
+        for place, name, real, stand_in in reversed(undo):
+            if isinstance(place, dict):
+                if place.get(name) is stand_in:
+                    place[name] = real
+            elif vars(place).get(name) is stand_in:
+                setattr(place, name, real)
+
+
+def _swap_primitive(
+    place: dict[str, Any] | type, name: str, value: object, made: dict[int, object], undo: list[_Undo]
+) -> None:
+    """Put the cooperative copy of ``value`` in its place, if it is a real primitive free now."""
+    stand_in = _stand_in(value, made)
+    if stand_in is None:
+        return
+    if isinstance(place, dict):
+        place[name] = stand_in
+    else:
+        setattr(place, name, stand_in)
+    undo.append((place, name, value, stand_in))
+
+
+_REAL_LOCK = type(threading.Lock())
+_REAL_RLOCK = type(threading.RLock())
+
+
+def _stand_in(real: object, made: dict[int, object]) -> object | None:
+    """The cooperative copy of a real primitive, in its present state (one per primitive), or
+    None: not a primitive, or one that some thread holds now (left as it is)."""
+    if id(real) in made:
+        return made[id(real)]
+    stand_in = _copy_primitive(real, made)
+    if stand_in is not None:
+        made[id(real)] = stand_in
+    return stand_in
+
+
+def _copy_primitive(real: object, made: dict[int, object]) -> object | None:
+    if type(real) is _REAL_LOCK:
+        return None if real.locked() else _coop.Lock()
+    if type(real) is _REAL_RLOCK:
+        if not real.acquire(blocking=False):
+            return None
+        real.release()
+        return _coop.RLock()
+    if isinstance(real, threading.Condition):
+        lock = _stand_in(getattr(real.acquire, "__self__", None), made)  # the lock it was made on
+        return _coop.Condition(lock) if isinstance(lock, _coop.Lock) else None
+    if isinstance(real, threading.Semaphore):  # BoundedSemaphore too
+        value = _drain(real)
+        if isinstance(real, threading.BoundedSemaphore):
+            semaphore: _coop.Semaphore = _coop.BoundedSemaphore(value + _headroom(real))
+        else:
+            semaphore = _coop.Semaphore()
+        semaphore._value = value
+        return semaphore
+    if isinstance(real, threading.Event):
+        event = _coop.Event()
+        if real.is_set():
+            event.set()
+        return event
+    return None
+
+
+def _drain(semaphore: threading.Semaphore) -> int:
+    """A real semaphore's value (units taken without waiting, then given back)."""
+    taken = 0
+    while semaphore.acquire(blocking=False):
+        taken += 1
+    if taken:
+        semaphore.release(taken)
+    return taken
+
+
+def _headroom(semaphore: threading.BoundedSemaphore) -> int:
+    """How many releases a real bounded semaphore takes before it refuses (undone after)."""
+    given = 0
+    with contextlib.suppress(ValueError):
+        while True:
+            semaphore.release()
+            given += 1
+    for _ in range(given):
+        semaphore.acquire(blocking=False)
+    return given

@@ -111,6 +111,7 @@ from kvstress.mutants._ordinary_background import AsyncPollingPool as AsyncPolli
 from kvstress.mutants._ordinary_background import BackgroundTaskPool as BackgroundTaskPool
 from kvstress.mutants._ordinary_background import HousekeepingThreadPool as HousekeepingThreadPool
 from kvstress.mutants._ordinary_threads import ThreadConditionPool as ThreadConditionPool
+from kvstress.mutants._ordinary_threads import ThreadModuleConditionPool as ThreadModuleConditionPool
 from kvstress.mutants._ordinary_threads import ThreadPollingPool as ThreadPollingPool
 from kvstress.mutants._ordinary_threads import ThreadQueuePool as ThreadQueuePool
 from kvstress.mutants._ordinary_threads import ThreadSemaphorePool as ThreadSemaphorePool

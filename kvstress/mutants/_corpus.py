@@ -97,6 +97,7 @@ from kvstress.mutants._ordinary_asyncio import (
 from kvstress.mutants._ordinary_background import AsyncPollingPool, BackgroundTaskPool, HousekeepingThreadPool
 from kvstress.mutants._ordinary_threads import (
     ThreadConditionPool,
+    ThreadModuleConditionPool,
     ThreadPollingPool,
     ThreadQueuePool,
     ThreadSemaphorePool,
@@ -125,6 +126,7 @@ ORDINARY_POOLS: tuple[type, ...] = (
     # threading and queue
     ThreadSemaphorePool,
     ThreadConditionPool,
+    ThreadModuleConditionPool,
     ThreadQueuePool,
     ThreadPollingPool,
     HousekeepingThreadPool,

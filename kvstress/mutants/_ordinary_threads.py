@@ -1,7 +1,8 @@
 """Correct threaded pools written the ordinary way on ``threading`` and ``queue``.
 
-A BoundedSemaphore and a deque, a Condition, a LIFO queue of blocks, and a pool that polls
-with capped exponential backoff. Timeouts are seconds on ``time.monotonic``; 0 tries once.
+A BoundedSemaphore and a deque, a Condition (and one made at import, module-level), a LIFO
+queue of blocks, and a pool that polls with capped exponential backoff. Timeouts are seconds
+on ``time.monotonic``; 0 tries once.
 """
 
 from __future__ import annotations
@@ -80,6 +81,47 @@ class ThreadConditionPool(BlockLedger):
     def free_ids(self) -> list[int]:
         """The deque's ids, head first."""
         with self._cond:
+            return [block.id for block in self._free]
+
+
+_FREED = threading.Condition()
+"""ThreadModuleConditionPool's condition, made at import and shared by every instance."""
+
+
+class ThreadModuleConditionPool(BlockLedger):
+    """ThreadConditionPool with its Condition made at import, a module-level global as many
+    codebases keep one. Instances share it, so a release wakes every waiter (each rechecks its
+    own deque)."""
+
+    threaded = True
+    backoff_bound = 0.0
+
+    def acquire(self, timeout: float | None = None) -> Block | None:
+        """A free block, or None after ``timeout`` seconds (0: try once)."""
+        timeout = seconds(timeout)
+        with _FREED:
+            if not _FREED.wait_for(lambda: bool(self._free), timeout):
+                return None
+            return self._taken(self._free.popleft())
+
+    def release(self, block: Block) -> bool:
+        """One reference less; at the last, reset, queue and wake the waiters."""
+        with _FREED:
+            if not self._last_reference(block):
+                return False
+            self._reset(block)
+            self._free.append(block)
+            _FREED.notify_all()
+        return True
+
+    def free_count(self) -> int:
+        """Blocks in the deque."""
+        with _FREED:
+            return len(self._free)
+
+    def free_ids(self) -> list[int]:
+        """The deque's ids, head first."""
+        with _FREED:
             return [block.id for block in self._free]
 
 
