@@ -11,12 +11,15 @@ import asyncio
 import re
 import threading
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 import kvstress
 from kvstress import Explored, explore
+
+REAL_START = threading.Thread.start
 
 SCHEDULE = re.compile(r"schedule: (ks1:[A-Za-z0-9_-]+)")
 
@@ -179,6 +182,60 @@ def test_threads_lost_update_is_found_and_replays() -> None:
 def test_threads_with_a_lock_pass() -> None:
     """The locked counter passes every schedule (its lock is the baton's cooperative one)."""
     assert explore(bumping(racy=False), schedules=100, seed=5).schedules == 100
+
+
+def pooled(*, racy: bool) -> Callable[[], None]:
+    """Two workers of a ThreadPoolExecutor bump a counter twice each."""
+
+    def main() -> None:
+        counter = Counter()
+        with ThreadPoolExecutor(2) as executor:
+            list(executor.map(lambda _: counter.bump(racy=racy), range(4)))
+        assert counter.value == 4, f"lost update: counter is {counter.value}"
+
+    return main
+
+
+class Bumper(threading.Thread):
+    """A worker written as a subclass of threading.Thread (made when this module was imported)."""
+
+    def __init__(self, counter: Counter, *, racy: bool) -> None:
+        super().__init__()
+        self.counter, self.racy = counter, racy
+
+    def run(self) -> None:
+        """Bump twice."""
+        for _ in range(2):
+            self.counter.bump(racy=self.racy)
+
+
+def subclassed(*, racy: bool) -> Callable[[], None]:
+    """Two Bumper threads bump a counter twice each."""
+
+    def main() -> None:
+        counter = Counter()
+        workers = [Bumper(counter, racy=racy) for _ in "ab"]
+        for worker in workers:
+            worker.start()
+        assert any(worker.is_alive() for worker in workers) or counter.value > 0
+        for worker in workers:
+            worker.join()
+        assert not any(worker.is_alive() for worker in workers)
+        assert counter.value == 4, f"lost update: counter is {counter.value}"
+
+    return main
+
+
+@pytest.mark.parametrize("make", [pooled, subclassed], ids=["executor", "thread-subclass"])
+def test_executor_workers_and_thread_subclasses_are_controlled(
+    make: Callable[..., Callable[[], None]],
+) -> None:
+    """Workers of a ThreadPoolExecutor and threads of a Thread subclass made at import run on the
+    baton: their lost update is found, and the locked twin passes without a stall."""
+    with pytest.raises(AssertionError, match="lost update"):
+        explore(make(racy=True), schedules=200, seed=5)
+    assert explore(make(racy=False), schedules=50, seed=5).schedules == 50
+    assert threading.Thread.start is REAL_START  # restored after the runs
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,8 @@ from kvstress.controlled._errors import (
 from kvstress.controlled._loop import FAIRNESS_BOUND
 from kvstress.schedulers import Scheduler
 
+_OS_START = threading.Thread.start
+
 DEFAULT_THREAD_STEPS = 200_000
 """Scheduling points an execution may pass at one instant of virtual time before ``StepLimitExceeded``."""
 
@@ -279,7 +281,7 @@ class ThreadController:
         os_thread = threading.Thread(
             target=self._bootstrap, args=(thread,), name=f"kvstress-t{thread.tid}", daemon=True
         )
-        os_thread.start()
+        _OS_START(os_thread)  # the real start, even while Thread.start follows subclasses (_coop)
         return thread
 
     def _bootstrap(self, me: ControlledThread) -> None:

@@ -12,7 +12,9 @@ forever, so it raises RuntimeError instead.
 
 from __future__ import annotations
 
+import threading as _threading
 import time as _time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -440,19 +442,9 @@ class Thread:
         controller.yield_point()
 
     def join(self, timeout: float | None = None) -> None:
-        controller, me = _here()
-        thread = self._thread
-        if thread is None:
+        if self._thread is None:
             raise RuntimeError("cannot join thread before it is started")
-        if controller is None or me is None:
-            if not thread.finished:
-                raise RuntimeError(f"joining {thread.name} outside a controlled thread would wait forever")
-            return
-        controller.yield_point()
-        deadline = None if timeout is None else controller.now + max(0.0, timeout)
-        while not thread.finished:
-            if not controller.block(me, thread, deadline):
-                return
+        _join(self._thread, timeout)
 
     def is_alive(self) -> bool:
         return self._thread is not None and not self._thread.finished
@@ -460,3 +452,58 @@ class Thread:
     @property
     def ident(self) -> int | None:
         return self._thread.ident if self._thread is not None else None
+
+
+def _join(thread: ControlledThread, timeout: float | None) -> None:
+    controller, me = _here()
+    if controller is None or me is None:
+        if not thread.finished:
+            raise RuntimeError(f"joining {thread.name} outside a controlled thread would wait forever")
+        return
+    controller.yield_point()
+    deadline = None if timeout is None else controller.now + max(0.0, timeout)
+    while not thread.finished:
+        if not controller.block(me, thread, deadline):
+            return
+
+
+# -- subclasses of the real threading.Thread -----------------------------------------------------
+# A class written ``class Worker(threading.Thread)`` took the real Thread as its base when its
+# module was imported, before any run. While a run lasts, ``threading.Thread``'s own start, join
+# and is_alive follow these functions (``_patch`` installs them): a controlled thread that starts
+# an instance of a class from a named module starts a controlled thread running its ``run``;
+# every other start (the harness's threads, a library's helper) is the real one.
+
+FOLLOWED: dict[type, int] = {}
+"""Thread subclasses of the named modules of the runs in progress -> how many runs named them."""
+_REAL_START = _threading.Thread.start
+_REAL_JOIN = _threading.Thread.join
+_REAL_IS_ALIVE = _threading.Thread.is_alive
+_STARTED: weakref.WeakKeyDictionary[_threading.Thread, ControlledThread] = weakref.WeakKeyDictionary()
+
+
+def thread_start(self: _threading.Thread) -> None:
+    """``threading.Thread.start`` during a run."""
+    controller, me = _here()
+    if controller is None or me is None or not any(cls in FOLLOWED for cls in type(self).__mro__):
+        _REAL_START(self)
+        return
+    if self in _STARTED:
+        raise RuntimeError("threads can only be started once")
+    _STARTED[self] = controller.start_thread(self.run, None, daemon=self.daemon)
+    controller.yield_point()
+
+
+def thread_join(self: _threading.Thread, timeout: float | None = None) -> None:
+    """``threading.Thread.join`` during a run."""
+    thread = _STARTED.get(self)
+    if thread is None:
+        _REAL_JOIN(self, timeout)
+    else:
+        _join(thread, timeout)
+
+
+def thread_is_alive(self: _threading.Thread) -> bool:
+    """``threading.Thread.is_alive`` during a run."""
+    thread = _STARTED.get(self)
+    return _REAL_IS_ALIVE(self) if thread is None else not thread.finished

@@ -168,6 +168,7 @@ def _swapped(
 ) -> Iterator[None]:
     undo: list[_Undo] = []
     made: dict[int, object] = {}  # id(real primitive) -> its stand-in, shared by every place it is
+    followed: list[type] = []  # subclasses of the real Thread defined in the modules
     try:
         for module in modules:
             namespace = vars(module)
@@ -181,14 +182,35 @@ def _swapped(
                     if isinstance(value, type) and value.__module__ == module.__name__:
                         for attribute, member in list(vars(value).items()):
                             _swap_primitive(value, attribute, member, made, undo)
+                        if issubclass(value, threading.Thread):
+                            followed.append(value)
+        _follow(followed, undo)
         yield
     finally:
+        for cls in followed:
+            _coop.FOLLOWED[cls] -= 1
+            if not _coop.FOLLOWED[cls]:
+                del _coop.FOLLOWED[cls]
         for place, name, real, stand_in in reversed(undo):
             if isinstance(place, dict):
                 if place.get(name) is stand_in:
                     place[name] = real
             elif vars(place).get(name) is stand_in:
                 setattr(place, name, real)
+
+
+_FOLLOWERS = {"start": _coop.thread_start, "join": _coop.thread_join, "is_alive": _coop.thread_is_alive}
+
+
+def _follow(followed: list[type], undo: list[_Undo]) -> None:
+    """Let ``threading.Thread`` start the ``followed`` classes' threads as controlled ones."""
+    for cls in followed:
+        _coop.FOLLOWED[cls] = _coop.FOLLOWED.get(cls, 0) + 1
+    if not followed or vars(threading.Thread)["start"] is _coop.thread_start:
+        return  # nothing to follow, or an enclosing run installed the followers already
+    for name, follower in _FOLLOWERS.items():
+        undo.append((threading.Thread, name, vars(threading.Thread)[name], follower))
+        setattr(threading.Thread, name, follower)
 
 
 def _swap_primitive(

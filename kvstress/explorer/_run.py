@@ -7,6 +7,7 @@ the search stops at the first schedule whose run raises one of ``failure_types``
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import inspect
 import types
@@ -55,6 +56,13 @@ def thread_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[t
     return resolve_modules((underlying(fn), *modules, *POOL_MODULES))
 
 
+def executor_modules() -> tuple[types.ModuleType, ...]:
+    """The standard library's thread pool, made cooperative (not traced) for a threaded test:
+    a test that runs its workers on a ``ThreadPoolExecutor`` has them controlled, and its futures
+    wait on the baton, where real workers would run outside it."""
+    return resolve_modules((concurrent.futures.ThreadPoolExecutor, concurrent.futures.Future))
+
+
 BACKENDS = ("asyncio", "trio")
 
 
@@ -90,7 +98,7 @@ def search(
     resolved = thread_modules(fn, modules)
     files = source_files(resolved)
     plain = functools.partial(_not_awaitable, fn)
-    with cooperative(resolved):
+    with cooperative((*resolved, *executor_modules())):
         once = lambda: ThreadController(scheduler, trace_files=files).run(plain)  # noqa: E731
         return _loop(once, scheduler, limit, failure_types)
 

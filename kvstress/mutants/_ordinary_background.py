@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -56,16 +57,28 @@ class AsyncPollingPool(BlockLedger):
         return True
 
 
+class _Housekeeper(threading.Thread):
+    """A daemon thread that runs ``work`` (written as a subclass, as much threaded code is)."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        super().__init__(name="pool-housekeeping", daemon=True)
+        self._work = work
+
+    def run(self) -> None:
+        self._work()
+
+
 class HousekeepingThreadPool(ThreadConditionPool):
-    """A Condition pool with a daemon housekeeping thread, started with the pool: every 30 s it
-    notes, under the pool's lock, the blocks held longer than a minute (``suspected_leaks``)."""
+    """A Condition pool with a daemon housekeeping thread (a ``threading.Thread`` subclass),
+    started with the pool: every 30 s it notes, under the pool's lock, the blocks held longer
+    than a minute (``suspected_leaks``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._taken_at: dict[int, float] = {}
         self.suspected_leaks: set[int] = set()
         self._closed = threading.Event()
-        threading.Thread(target=self._housekeeping, name="pool-housekeeping", daemon=True).start()
+        _Housekeeper(self._housekeeping).start()
 
     def _taken(self, block: Block) -> Block:
         self._taken_at[block.id] = time.monotonic()  # under the condition's lock
