@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -20,6 +21,7 @@ import kvstress
 from kvstress import Explored, explore
 
 REAL_START = threading.Thread.start
+REAL_MONOTONIC = time.monotonic
 
 SCHEDULE = re.compile(r"schedule: (ks1:[A-Za-z0-9_-]+)")
 
@@ -134,6 +136,42 @@ def test_time_is_virtual() -> None:
         assert loop.time() - start == 3600
 
     assert explore(main, schedules=50, seed=1).schedules == 50
+
+
+async def deadline_on_monotonic() -> None:
+    """A poll loop of the ordinary kind: a deadline on time.monotonic, naps on asyncio.sleep."""
+    deadline = time.monotonic() + 3600
+    naps = 0
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1)
+        naps += 1
+        assert naps <= 3600, "the deadline never came: time.monotonic is not the loop's clock"
+    assert naps == 3600, f"{naps} naps for an hour"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_test_modules_monotonic_clock_is_the_loops(backend: str) -> None:
+    """In the explored function's module, time.monotonic reads the loop's virtual clock: an hour's
+    deadline polled every second takes 3,600 naps and no wall time worth noting."""
+    if backend == "trio":
+        import trio
+
+        async def main() -> None:
+            deadline = time.monotonic() + 3600
+            naps = 0
+            while time.monotonic() < deadline:
+                await trio.sleep(1)
+                naps += 1
+                assert naps <= 3600, "the deadline never came: time.monotonic is not trio's clock"
+            assert naps == 3600, f"{naps} naps for an hour"
+
+        fn: Callable[[], Coroutine[Any, Any, None]] = main
+    else:
+        fn = deadline_on_monotonic
+    started = time.monotonic()
+    assert explore(fn, schedules=3, seed=1, backend=backend).schedules == 3
+    assert time.monotonic() - started < 60
+    assert time.monotonic is REAL_MONOTONIC  # restored after the run
 
 
 class Counter:

@@ -17,7 +17,7 @@ from typing import Any
 
 from kvstress.controlled import SchedulerExhausted, SchedulerMisbehaved, run_controlled
 from kvstress.controlled._baton import ThreadController
-from kvstress.controlled._patch import cooperative, resolve_modules, source_files
+from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files
 from kvstress.schedulers import Schedule, ScheduleDivergence, Scheduler
 
 # The pools' own modules are always cooperative on the baton: their locks must be the baton's,
@@ -87,14 +87,21 @@ def search(
     An async ``fn`` runs on ``backend``: the controlled asyncio loop, or trio seeded per
     execution by one value of the scheduler (``seeded_trio_run``: trio's batch orders and
     virtual time; trio offers no per-step choice, so every strategy there is a seeded random
-    search). ``ScheduleDivergence`` (``fn`` is not deterministic under control, or a replayed
+    search); in its module and ``modules``, ``time.monotonic`` and ``time.perf_counter`` read
+    the loop's virtual clock. A plain ``fn`` runs on the baton, ``modules`` traced and
+    cooperative. ``ScheduleDivergence`` (``fn`` is not deterministic under control, or a replayed
     schedule belongs to other code) and ``SchedulerMisbehaved`` are not findings about ``fn``:
     they propagate, as does anything outside ``failure_types`` (KeyboardInterrupt, a skip).
     """
-    if is_async(fn) and check_backend(backend) == "trio":
-        return _loop(lambda: _trio_once(fn, scheduler), scheduler, limit, failure_types)
     if is_async(fn):
-        return _loop(lambda: run_controlled(fn, scheduler), scheduler, limit, failure_types)
+        if check_backend(backend) == "trio":
+            once: Callable[[], object] = lambda: _trio_once(fn, scheduler)  # noqa: E731
+        else:
+            once = lambda: run_controlled(fn, scheduler)  # noqa: E731
+        # The test's own clock reads are the loop's, as they are on a real loop (loop.time() is
+        # time.monotonic()): a deadline on time.monotonic then comes with the virtual sleeps.
+        with loop_clock(resolve_modules((underlying(fn), *modules))):
+            return _loop(once, scheduler, limit, failure_types)
     resolved = thread_modules(fn, modules)
     files = source_files(resolved)
     plain = functools.partial(_not_awaitable, fn)
