@@ -21,7 +21,7 @@ import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kvstress.controlled import _coop, _coop_queue
+from kvstress.controlled import _coop, _coop_compound, _coop_queue
 from kvstress.controlled._loop import ControlledEventLoop
 
 _THREADING = {
@@ -32,6 +32,8 @@ _THREADING = {
     "BoundedSemaphore": _coop.BoundedSemaphore,
     "Event": _coop.Event,
     "Thread": _coop.Thread,
+    "Barrier": _coop_compound.Barrier,
+    "Timer": _coop_compound.Timer,
 }
 _TIME = {
     "sleep": _coop.sleep,
