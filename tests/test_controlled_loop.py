@@ -431,3 +431,25 @@ def test_work_in_a_thread_is_waited_for_not_called_a_deadlock(monkeypatch: pytes
     with pytest.raises(Deadlock, match=r"1 call\(s\) run in a thread .* did not come back within 0.2 s"):
         run_controlled(stuck, RandomScheduler(1))
     never.set()
+
+
+def test_anyio_worker_threads_are_waited_for_too() -> None:
+    """``anyio.to_thread.run_sync`` runs on anyio's own worker threads, not through
+    ``run_in_executor``: on the controlled loop it is waited for all the same (a timeout around
+    it does not fire, and a wait with no timer is no deadlock), and outside a controlled run
+    ``anyio.to_thread.run_sync`` is anyio's own function again."""
+    import anyio.to_thread
+
+    real = anyio.to_thread.run_sync
+
+    async def main() -> tuple[int, float]:
+        start = asyncio.get_running_loop().time()
+        async with asyncio.timeout(1):
+            got = await anyio.to_thread.run_sync(lambda: (time.sleep(0.05), 7)[1])
+        got += await anyio.to_thread.run_sync(lambda: (time.sleep(0.05), 1)[1])  # no timer at all
+        return got, asyncio.get_running_loop().time() - start
+
+    for seed in range(5):
+        assert run_controlled(main, RandomScheduler(seed)) == (8, 0.0)
+    assert anyio.to_thread.run_sync is real
+    assert asyncio.run(anyio.to_thread.run_sync(lambda: 3)) == 3  # a stock loop: untouched

@@ -195,3 +195,26 @@ def test_runs_that_do_not_repeat_go_on_unseeded_with_one_line(
     outcome(4)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "unseeded" in lines[0]
+
+
+def test_work_in_worker_threads_takes_no_virtual_time() -> None:
+    """While trio.to_thread calls are out (two overlapping), the MockClock does not jump to a
+    deadline: a timeout around them does not fire, the calls take no virtual time, and the
+    clock jumps again once the last is back."""
+    import trio.testing
+    import trio.to_thread
+
+    async def main() -> tuple[float, float, float]:
+        clock = trio.lowlevel.current_clock()
+        assert isinstance(clock, trio.testing.MockClock)
+        start = trio.current_time()
+        with trio.fail_after(1):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.to_thread.run_sync, time.sleep, 0.05)
+                nursery.start_soon(trio.to_thread.run_sync, time.sleep, 0.2)
+        took = trio.current_time() - start
+        await trio.sleep(30)  # the clock jumps again
+        return took, trio.current_time() - start, clock.autojump_threshold
+
+    for seed in range(3):
+        assert seeded_trio_run(main, seed=seed) == (0.0, 30.0, 0.0)

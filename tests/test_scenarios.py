@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 from pools import broken
 from pools._simple import SimpleAsyncPool, SimpleThreadedPool
 from pools.tiny import TinyCheckThenPollPool, TinyPool, TinyResetAfterOfferPool
 
-from kvstress import AsyncBlockPool, ThreadedBlockPool
+from kvstress import AsyncBlockPool, BlockState, ThreadedBlockPool
+from kvstress.mutants import AnyioConditionPool
 from kvstress.scenarios import ScenarioConfig, generate, replay, run_execution, search
-from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler
+from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler, Scheduler
 
 CORRECT = [ThreadedBlockPool, SimpleThreadedPool, AsyncBlockPool, SimpleAsyncPool]
 
@@ -182,6 +186,35 @@ ASYNC_BROKEN = [p for p in broken.BROKEN_POOLS if inspect.iscoroutinefunction(p.
 def test_correct_async_pools_are_clean_on_trio(factory: type) -> None:
     """Seeded trio runs of generated scenarios find nothing on a correct async pool."""
     result = search(config_for(factory, backend="trio"), RandomScheduler(seed=11), max_executions=100)
+    assert result.failure is None, result.failure.describe()
+
+
+class WorkerThreadResetPool(AnyioConditionPool):
+    """Correct on trio: a released block is zeroed on a worker thread (``anyio.to_thread``),
+    shielded, and only then queued."""
+
+    backends = ("trio",)  # on asyncio, Task.cancel() goes through anyio's shield
+
+    async def release(self, block: Any) -> bool:
+        with anyio.CancelScope(shield=True):
+            async with self._cond:
+                if not self._last_reference(block):
+                    return False
+            await anyio.to_thread.run_sync(block.data.zero_)
+            async with self._cond:
+                block.state = BlockState.FREE
+                self._free.append(block)
+                self._cond.notify()
+        return True
+
+
+@pytest.mark.parametrize(
+    "scheduler", [RandomScheduler(seed=5), PCTScheduler(depth=3, seed=5)], ids=["random", "pct"]
+)
+def test_waits_for_worker_threads_are_no_hang_on_trio(scheduler: Scheduler) -> None:
+    """A pool that waits for a worker thread in its release is clean on trio: while the thread
+    works the run is not idle, and the virtual clock does not jump to a deadline."""
+    result = search(config_for(WorkerThreadResetPool, backend="trio"), scheduler, max_executions=150)
     assert result.failure is None, result.failure.describe()
 
 

@@ -27,12 +27,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import contextvars
 import heapq
 import itertools
 import math
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar, TypeVarTuple
 
 from kvstress.controlled._errors import (
@@ -42,6 +43,7 @@ from kvstress.controlled._errors import (
     StepLimitExceeded,
     TimeLimitExceeded,
 )
+from kvstress.controlled._thread_work import following_thread_work
 from kvstress.schedulers import Scheduler
 
 T = TypeVar("T")
@@ -101,7 +103,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_armed = False
         self._kv_stopping = False
         self._kv_polled = False  # idle once already: I/O had its poll
-        self._kv_threads = 0  # calls running in a thread (run_in_executor) not yet back
+        self._kv_threads = 0  # calls running in a thread (run_in_executor, anyio's) not yet back
         self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
         super().__init__()  # first: BaseEventLoop.__del__ needs its fields even if we raise below
@@ -193,6 +195,16 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     def _kv_thread_back(self, future: asyncio.Future[Any]) -> None:
         self._kv_threads -= 1
 
+    @contextlib.contextmanager
+    def thread_work(self) -> Iterator[None]:
+        """Count work sent to a thread by other means (anyio's worker threads) until the block
+        ends, as ``run_in_executor``'s calls are counted."""
+        self._kv_threads += 1
+        try:
+            yield
+        finally:
+            self._kv_threads -= 1
+
     def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
         """Create a task and give it the next lane id (creation order is stable per run)."""
         task = super().create_task(coro, **kwargs)
@@ -206,7 +218,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_stopping = False
         self._kv_error = None
         self._kv_arm()
-        super().run_forever()
+        with following_thread_work():
+            super().run_forever()
         error, self._kv_error = self._kv_error, None
         if error is not None:
             raise error
@@ -365,7 +378,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if not self._kv_inbox and not self._kv_woken.wait(THREAD_WAIT_S):
                 raise Deadlock(
                     f"at virtual time {self._kv_now:g} nothing is ready, and {self._kv_threads} call(s) "
-                    f"run in a thread (run_in_executor, to_thread) did not come back within "
+                    f"run in a thread (run_in_executor, to_thread, anyio's) did not come back within "
                     f"{THREAD_WAIT_S:g} s of real time"
                 )
             return True

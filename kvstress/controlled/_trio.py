@@ -34,6 +34,7 @@ import trio.testing
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from kvstress.controlled._thread_work import following_thread_work
 from kvstress.schedulers._base import check_seed
 
 T = TypeVar("T")
@@ -67,7 +68,8 @@ def seeded_trio_run(
         return await async_fn(*args)
 
     def run() -> T:
-        return trio.run(main, clock=clock, instruments=instruments)
+        with following_thread_work():  # a wait for trio's or anyio's worker threads is counted
+            return trio.run(main, clock=clock, instruments=instruments)
 
     if not _runs_repeat():
         return run()

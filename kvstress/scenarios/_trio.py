@@ -21,6 +21,7 @@ import trio
 
 from kvstress.controlled import SchedulerExhausted, StepLimitExceeded, seeded_trio_run
 from kvstress.controlled._errors import Deadlock
+from kvstress.controlled._thread_work import trio_thread_work
 from kvstress.harness._runner import Abandoned, run_on_a_thread
 from kvstress.schedulers import Scheduler
 
@@ -73,7 +74,7 @@ class _Guard(trio.abc.Instrument):
         # and again, while the clock stands still and no task of ours takes a step.
         self._park_if_abandoned()
         now = trio.current_time()
-        if self._stepped or now != self._idle_at:
+        if self._stepped or now != self._idle_at or trio_thread_work():  # a thread works for it
             self._idle_waits, self._idle_at = 0, now
         else:
             self._idle_waits += 1

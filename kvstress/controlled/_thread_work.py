@@ -1,0 +1,146 @@
+"""Work a controlled run hands to threads by means its loop cannot see: anyio's and trio's.
+
+A controlled asyncio loop waits in real time for work out in a thread before it moves virtual
+time (a thread's work takes no virtual time); it knows of ``run_in_executor`` (and so
+``asyncio.to_thread``) by its own method. ``anyio.to_thread.run_sync`` runs its function on
+anyio's own worker threads instead: a timeout around it fired at once on virtual time, and a
+wait for it with no timer was called a deadlock, on correct code. On trio, a run waiting for
+``trio.to_thread.run_sync`` looks idle (every task blocked, the clock still), and the harness
+took it for a run blocked for good.
+
+So while a controlled run goes on, ``anyio.to_thread.run_sync`` and ``trio.to_thread.run_sync``
+(the public functions, looked up on their modules by callers, anyio's own file and DNS helpers
+included) are wrapped. On a controlled asyncio loop a call is counted by the loop
+(``thread_work``) until it is back; in a trio run it is counted per run (``trio_thread_work``);
+anywhere else the wrapper is the function itself. The wrappers are put in place when the first
+controlled run starts and taken out when the last one ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import math
+import sys
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, Protocol
+
+_AsyncFn = Callable[..., Coroutine[Any, Any, Any]]
+_WRAPPED = ("anyio.to_thread", "trio.to_thread")  # modules whose ``run_sync`` is wrapped
+
+_lock = threading.Lock()
+_running = 0  # controlled runs going on now, in any thread
+_real: dict[str, _AsyncFn] = {}  # module name -> its run_sync, while wrapped
+_trio_work: dict[object, int] = {}  # trio run (its token) -> calls out in threads
+_trio_jumps: dict[object, float] = {}  # trio run -> its MockClock's autojump threshold, while off
+
+
+class _CountsThreadWork(Protocol):
+    def thread_work(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+@contextlib.contextmanager
+def following_thread_work() -> Iterator[None]:
+    """While the block runs, anyio's and trio's ``to_thread.run_sync`` count their calls."""
+    global _running
+    with _lock:
+        _running += 1
+        if _running == 1:
+            for name in _WRAPPED:
+                module = sys.modules.get(name)
+                if module is not None:
+                    namespace = vars(module)
+                    _real[name] = namespace["run_sync"]
+                    namespace["run_sync"] = _counted(namespace["run_sync"])
+    try:
+        yield
+    finally:
+        with _lock:
+            _running -= 1
+            if not _running:
+                for name, real in _real.items():
+                    namespace = vars(sys.modules[name])
+                    if getattr(namespace.get("run_sync"), "__wrapped__", None) is real:
+                        namespace["run_sync"] = real
+                _real.clear()
+
+
+def trio_thread_work() -> int:
+    """Calls of the trio run in progress (in this thread) out in a thread now."""
+    import trio
+
+    return _trio_work.get(trio.lowlevel.current_trio_token(), 0)
+
+
+def _counted(real: _AsyncFn) -> _AsyncFn:
+    @functools.wraps(real)
+    async def run_sync(*args: Any, **kwargs: Any) -> Any:
+        with _counting():
+            return await real(*args, **kwargs)
+
+    return run_sync
+
+
+@contextlib.contextmanager
+def _counting() -> Iterator[None]:
+    """Count the block as work out in a thread, for the controlled run it is part of."""
+    try:
+        loop: Any = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if callable(getattr(loop, "thread_work", None)):  # a controlled asyncio loop
+        counting: _CountsThreadWork = loop
+        with counting.thread_work():
+            yield
+        return
+    token = _trio_token()
+    if token is None:
+        yield
+        return
+    _trio_out(token, +1)
+    try:
+        yield
+    finally:
+        _trio_out(token, -1)
+
+
+def _trio_out(token: object, change: int) -> None:
+    """Count a call out (+1) or back (-1). While any is out, a ``MockClock`` does not jump
+    (a jump to the next deadline would fire it while the thread works): the first out turns
+    its autojump off, the last back restores it. Runs in the trio run's own thread."""
+    with _lock:
+        before = _trio_work.get(token, 0)
+        after = before + change
+        if after:
+            _trio_work[token] = after
+        else:
+            _trio_work.pop(token, None)
+    clock = _mock_clock()
+    if clock is None:
+        return
+    if before == 0:
+        _trio_jumps[token] = clock.autojump_threshold
+        clock.autojump_threshold = math.inf
+    elif after == 0:
+        clock.autojump_threshold = _trio_jumps.pop(token, clock.autojump_threshold)
+
+
+def _mock_clock() -> Any:
+    """The trio run's clock if it is a ``MockClock`` (virtual time that jumps), else None."""
+    import trio.testing
+
+    clock = trio.lowlevel.current_clock()
+    return clock if isinstance(clock, trio.testing.MockClock) else None
+
+
+def _trio_token() -> object | None:
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return None
+    try:
+        token: object = trio.lowlevel.current_trio_token()
+    except RuntimeError:  # not in a trio run
+        return None
+    return token
