@@ -478,6 +478,7 @@ def test_patching_is_restored_after_a_failed_run(monkeypatch: pytest.MonkeyPatch
 
 
 GLOBALS_SOURCE = """
+import queue
 import threading
 
 LOCK = threading.Lock()
@@ -491,6 +492,12 @@ BOUNDED = threading.BoundedSemaphore(4)
 BOUNDED.acquire()
 EVENT = threading.Event()
 EVENT.set()
+JOBS = queue.Queue()
+for job in range(3):
+    JOBS.put(job)
+STACK = queue.LifoQueue(maxsize=5)
+STACK.put("bottom")
+STACK.put("top")
 
 
 class Holder:
@@ -506,9 +513,13 @@ def bump(counter):
         pass
 
 
+def take(taken):
+    taken.append(JOBS.get(timeout=5))
+
+
 def names():
     return dict(LOCK=LOCK, HELD=HELD, RLOCK=RLOCK, COND=COND, SEMAPHORE=SEMAPHORE, BOUNDED=BOUNDED,
-                EVENT=EVENT, class_lock=Holder.lock)
+                EVENT=EVENT, class_lock=Holder.lock, JOBS=JOBS, STACK=STACK)
 """
 
 
@@ -519,26 +530,35 @@ def test_primitives_made_at_import_are_cooperative_during_the_run(monkeypatch: p
     shared = module_from_source("kvstress_test_globals", GLOBALS_SOURCE, monkeypatch)
     before = shared.names()
 
-    def main() -> tuple[dict[str, Any], int]:
+    def main() -> tuple[dict[str, Any], int, list[int]]:
         counter = [0]
+        taken: list[int] = []
         workers = [threading.Thread(target=shared.bump, args=(counter,)) for _ in range(3)]
+        workers += [threading.Thread(target=shared.take, args=(taken,)) for _ in range(4)]
         for worker in workers:
             worker.start()
+        time.sleep(1)
+        shared.JOBS.put(3)  # the fourth taker waits for it
         for worker in workers:
             worker.join()
-        return shared.names(), counter[0]
+        return shared.names(), counter[0], sorted(taken)
 
     for seed in range(20):
-        inside, count = run_threads(main, RandomScheduler(seed), modules=[shared, __name__])
-        assert count == 3
+        inside, count, taken = run_threads(main, RandomScheduler(seed), modules=[shared, __name__])
+        assert count == 3 and taken == [0, 1, 2, 3]
     assert isinstance(inside["LOCK"], _coop.Lock) and isinstance(inside["class_lock"], _coop.Lock)
     assert isinstance(inside["RLOCK"], _coop.RLock) and inside["HELD"] is before["HELD"]
     assert isinstance(inside["COND"], _coop.Condition) and inside["COND"]._lock is inside["LOCK"]
     assert inside["SEMAPHORE"]._value == 2 and not isinstance(inside["SEMAPHORE"], _coop.BoundedSemaphore)
     assert (inside["BOUNDED"]._value, inside["BOUNDED"]._initial) == (3, 4)
     assert inside["EVENT"].is_set()
+    assert isinstance(inside["JOBS"], _coop_queue.Queue) and isinstance(
+        inside["STACK"], _coop_queue.LifoQueue
+    )
+    assert (inside["STACK"].maxsize, inside["STACK"].get_nowait()) == (5, "top")
     assert shared.names() == before  # the real ones are back, in the state they were in
     assert before["BOUNDED"]._value == 3 and before["SEMAPHORE"]._value == 2 and before["HELD"].locked()
+    assert list(before["JOBS"].queue) == [0, 1, 2] and before["STACK"].qsize() == 2
 
 
 HIERARCHY_SOURCES = {

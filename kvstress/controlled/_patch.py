@@ -268,6 +268,40 @@ def _copy_primitive(real: object, made: dict[int, object]) -> object | None:
         if real.is_set():
             event.set()
         return event
+    return _copy_queue(real)
+
+
+_QUEUES: dict[type, type[_coop_queue.Queue]] = {
+    queue.Queue: _coop_queue.Queue,
+    queue.LifoQueue: _coop_queue.LifoQueue,
+    queue.PriorityQueue: _coop_queue.PriorityQueue,
+}
+
+
+def _copy_queue(real: object) -> _coop_queue.Queue | None:
+    """A cooperative copy of a real queue made at import (its items, bound and unfinished tasks),
+    or None: not one of the standard queues (a subclass is left as it is), or one in use now."""
+    kind = _QUEUES.get(type(real))
+    if isinstance(real, queue.Queue) and kind is not None:
+        if not real.mutex.acquire(blocking=False):
+            return None
+        try:
+            copy = kind(real.maxsize)
+            copy.queue = type(real.queue)(real.queue)  # a deque, or a list (LIFO order, a heap)
+            copy.unfinished_tasks = real.unfinished_tasks
+        finally:
+            real.mutex.release()
+        return copy
+    if type(real) is queue.SimpleQueue:
+        items = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                items.append(real.get_nowait())
+        simple = _coop_queue.SimpleQueue()
+        for item in items:
+            real.put(item)
+            simple.put(item)
+        return simple
     return None
 
 
