@@ -322,6 +322,32 @@ def test_threads_block_on_the_threaded_pool_cooperatively() -> None:
     assert explore(main, schedules=50, seed=2).schedules == 50
 
 
+SHARED_POOL = kvstress.ThreadedBlockPool(1, (2,))
+"""A pool made when this module was imported, as a server's global pool is: real locks then."""
+
+
+def test_a_pool_made_at_import_takes_the_batons_locks() -> None:
+    """Threads contending for a module-level pool (its locks made before any run) take turns on
+    the baton: 30 schedules, no stall, and the pool's real locks are back after."""
+    real_lock = SHARED_POOL._lock
+
+    def main() -> None:
+        def tenant() -> None:
+            block = SHARED_POOL.acquire(timeout=5)
+            assert block is not None
+            SHARED_POOL.release(block)
+
+        workers = [threading.Thread(target=tenant) for _ in range(3)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert SHARED_POOL.free_count() == 1
+
+    assert explore(main, schedules=30, seed=2).schedules == 30
+    assert SHARED_POOL._lock is real_lock
+
+
 def test_a_lambda_returning_a_coroutine_is_refused() -> None:
     """A plain function that returns a coroutine fails with a ValueError saying what to pass."""
     with pytest.raises(ValueError, match="fn returned a coroutine"):

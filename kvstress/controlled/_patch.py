@@ -161,7 +161,7 @@ def loop_clock(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContex
     return _swapped(modules, _LOOP_SWAPS)
 
 
-_Undo = tuple[dict[str, Any] | type, str, object, object]  # (namespace or class, name, real, stand-in)
+_Undo = tuple[object, str, object, object]  # (a namespace dict, a class or an object; name; real; stand-in)
 
 
 @contextlib.contextmanager
@@ -171,6 +171,8 @@ def _swapped(
     undo: list[_Undo] = []
     made: dict[int, object] = {}  # id(real primitive) -> its stand-in, shared by every place it is
     followed: list[type] = []  # subclasses of the real Thread defined in the modules
+    modules = tuple(modules)
+    names = {module.__name__ for module in modules}
     try:
         for module in modules:
             namespace = vars(module)
@@ -182,10 +184,15 @@ def _swapped(
                 elif primitives:
                     _swap_primitive(namespace, name, value, made, undo)
                     if isinstance(value, type) and value.__module__ == module.__name__:
-                        for attribute, member in list(vars(value).items()):
+                        for attribute, member in list(getattr(value, "__dict__", {}).items()):
                             _swap_primitive(value, attribute, member, made, undo)
                         if issubclass(value, threading.Thread):
                             followed.append(value)
+                    elif type(value).__module__ in names and not isinstance(value, dict | type):
+                        # a module-level object of a named module's class (a pool made at
+                        # import): its own primitives, one level down
+                        for attribute, member in list(getattr(value, "__dict__", {}).items()):
+                            _swap_primitive(value, attribute, member, made, undo)
         _follow(followed, undo)
         yield
     finally:
@@ -216,7 +223,7 @@ def _follow(followed: list[type], undo: list[_Undo]) -> None:
 
 
 def _swap_primitive(
-    place: dict[str, Any] | type, name: str, value: object, made: dict[int, object], undo: list[_Undo]
+    place: object, name: str, value: object, made: dict[int, object], undo: list[_Undo]
 ) -> None:
     """Put the cooperative copy of ``value`` in its place, if it is a real primitive free now."""
     stand_in = _stand_in(value, made)
