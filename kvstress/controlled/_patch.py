@@ -170,7 +170,7 @@ def _swapped(
 ) -> Iterator[None]:
     undo: list[_Undo] = []
     made: dict[int, object] = {}  # id(real primitive) -> its stand-in, shared by every place it is
-    followed: list[type] = []  # subclasses of the real Thread defined in the modules
+    followed: list[type] = []  # subclasses of the real Thread defined in the modules, counted
     modules = tuple(modules)
     names = {module.__name__ for module in modules}
     try:
@@ -182,17 +182,7 @@ def _swapped(
                     namespace[name] = swap[1]
                     undo.append((namespace, name, value, swap[1]))
                 elif primitives:
-                    _swap_primitive(namespace, name, value, made, undo)
-                    if isinstance(value, type) and value.__module__ == module.__name__:
-                        for attribute, member in list(getattr(value, "__dict__", {}).items()):
-                            _swap_primitive(value, attribute, member, made, undo)
-                        if issubclass(value, threading.Thread):
-                            followed.append(value)
-                    elif type(value).__module__ in names and not isinstance(value, dict | type):
-                        # a module-level object of a named module's class (a pool made at
-                        # import): its own primitives, one level down
-                        for attribute, member in list(getattr(value, "__dict__", {}).items()):
-                            _swap_primitive(value, attribute, member, made, undo)
+                    _swap_made_at_import(module, names, (namespace, name, value), made, undo, followed)
         _follow(followed, undo)
         yield
     finally:
@@ -208,13 +198,36 @@ def _swapped(
                 setattr(place, name, real)
 
 
+def _swap_made_at_import(
+    module: types.ModuleType,
+    names: set[str],
+    place: tuple[dict[str, Any], str, object],
+    made: dict[int, object],
+    undo: list[_Undo],
+    followed: list[type],
+) -> None:
+    """Swap what ``module`` made at import under one global name (``place``: its namespace, the
+    name, the value): a primitive; a class's primitive attributes (and a Thread subclass is
+    followed, counted in ``followed``); a named module's object's own primitives, one level down
+    (a pool made at import)."""
+    namespace, name, value = place
+    _swap_primitive(namespace, name, value, made, undo)
+    if isinstance(value, type) and value.__module__ == module.__name__:
+        for attribute, member in list(vars(value).items()):
+            _swap_primitive(value, attribute, member, made, undo)
+        if issubclass(value, threading.Thread):
+            _coop.FOLLOWED[value] = _coop.FOLLOWED.get(value, 0) + 1
+            followed.append(value)
+    elif type(value).__module__ in names and not isinstance(value, dict | type):
+        for attribute, member in list(getattr(value, "__dict__", {}).items()):
+            _swap_primitive(value, attribute, member, made, undo)
+
+
 _FOLLOWERS = {"start": _coop.thread_start, "join": _coop.thread_join, "is_alive": _coop.thread_is_alive}
 
 
 def _follow(followed: list[type], undo: list[_Undo]) -> None:
     """Let ``threading.Thread`` start the ``followed`` classes' threads as controlled ones."""
-    for cls in followed:
-        _coop.FOLLOWED[cls] = _coop.FOLLOWED.get(cls, 0) + 1
     if not followed or vars(threading.Thread)["start"] is _coop.thread_start:
         return  # nothing to follow, or an enclosing run installed the followers already
     for name, follower in _FOLLOWERS.items():
