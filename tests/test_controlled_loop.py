@@ -453,3 +453,71 @@ def test_anyio_worker_threads_are_waited_for_too() -> None:
         assert run_controlled(main, RandomScheduler(seed)) == (8, 0.0)
     assert anyio.to_thread.run_sync is real
     assert asyncio.run(anyio.to_thread.run_sync(lambda: 3)) == 3  # a stock loop: untouched
+
+
+ASYNC_GLOBALS_SOURCE = """
+import asyncio
+
+LOCK = asyncio.Lock()
+COND = asyncio.Condition(LOCK)
+EVENT = asyncio.Event()
+EVENT.set()
+SEMAPHORE = asyncio.Semaphore(3)
+BOUNDED = asyncio.BoundedSemaphore(4)
+JOBS = asyncio.Queue()
+JOBS.put_nowait("a")
+JOBS.put_nowait("b")
+
+
+class Shared:
+    ready = asyncio.Event()
+
+
+FLAG = asyncio.Event()
+
+
+async def contend():
+    async def waiter():
+        async with COND:
+            await COND.wait_for(FLAG.is_set)  # waits: binds COND to this loop
+
+    async def setter():
+        await asyncio.sleep(0)
+        async with COND:
+            FLAG.set()
+            COND.notify_all()
+
+    await asyncio.gather(waiter(), waiter(), setter())
+    FLAG.clear()
+    return [await JOBS.get(), await JOBS.get()]
+
+
+def names():
+    return dict(LOCK=LOCK, COND=COND, EVENT=EVENT, SEMAPHORE=SEMAPHORE, BOUNDED=BOUNDED, JOBS=JOBS,
+                FLAG=FLAG, ready=Shared.ready)
+"""
+
+
+def test_asyncio_primitives_made_at_import_get_a_fresh_copy_per_loop() -> None:
+    """An asyncio primitive made at import binds to the first loop that waits on it; inside
+    own_loop_primitives each loop gets fresh copies in the same state, and the real ones come back
+    after: two runs on two loops contend on a module-level Condition without 'bound to a
+    different event loop'."""
+    import types
+
+    from kvstress.controlled._patch import own_loop_primitives
+
+    module = types.ModuleType("kvstress_test_async_globals")
+    exec(compile(ASYNC_GLOBALS_SOURCE, "<async globals>", "exec"), module.__dict__)
+    before = module.names()
+    asyncio.run(module.SEMAPHORE.acquire())  # value 2 now
+    asyncio.run(module.BOUNDED.acquire())  # value 3 of 4
+    for _ in range(2):
+        with own_loop_primitives([module]):
+            inside = module.names()
+            assert asyncio.run(module.contend()) == ["a", "b"]
+    assert module.names() == before
+    assert all(inside[name] is not before[name] for name in before)
+    assert inside["COND"]._lock is inside["LOCK"] and inside["EVENT"].is_set()
+    assert (inside["SEMAPHORE"]._value, inside["BOUNDED"]._value, inside["BOUNDED"]._bound_value) == (2, 3, 4)
+    assert before["JOBS"].qsize() == 2 and before["SEMAPHORE"]._value == 2 and before["BOUNDED"]._value == 3

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kvstress.controlled import _coop, _coop_compound, _coop_queue
@@ -152,7 +152,7 @@ def cooperative(modules: Iterable[types.ModuleType]) -> contextlib.AbstractConte
     state: a real lock held by a parked thread would block the next thread that takes it
     outside the scheduler's view, and the run would stall on a correct pool.
     """
-    return _swapped(modules, _THREAD_SWAPS, primitives=True)
+    return _swapped(modules, _THREAD_SWAPS, _copy_primitive)
 
 
 def loop_clock(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContextManager[None]:
@@ -161,12 +161,31 @@ def loop_clock(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContex
     return _swapped(modules, _LOOP_SWAPS)
 
 
+def own_loop_primitives(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContextManager[None]:
+    """Within the block, the asyncio primitives ``modules`` made at import (a module-level
+    ``asyncio.Lock()``, a class attribute, a module-level pool's own) are fresh copies in the
+    same state, and the real ones come back after.
+
+    An asyncio primitive binds to the event loop it first waits on, and then refuses every
+    other ("is bound to a different event loop"). A server runs one loop, so a pool with a
+    module-level ``asyncio.Condition`` is correct there; the harness runs each execution or
+    example on a loop of its own, and without fresh copies it would report that pool as a crash.
+    """
+    return _swapped(modules, {}, _copy_async_primitive)
+
+
 _Undo = tuple[object, str, object, object]  # (a namespace dict, a class or an object; name; real; stand-in)
+
+
+_Copier = Callable[[object, dict[int, object]], object | None]
+"""(a real primitive, the copies made so far by id) -> its stand-in, or None to leave it."""
 
 
 @contextlib.contextmanager
 def _swapped(
-    modules: Iterable[types.ModuleType], swaps: dict[int, tuple[object, object]], primitives: bool = False
+    modules: Iterable[types.ModuleType],
+    swaps: dict[int, tuple[object, object]],
+    copier: _Copier | None = None,
 ) -> Iterator[None]:
     undo: list[_Undo] = []
     made: dict[int, object] = {}  # id(real primitive) -> its stand-in, shared by every place it is
@@ -181,9 +200,11 @@ def _swapped(
                 if swap is not None and swap[0] is value:
                     namespace[name] = swap[1]
                     undo.append((namespace, name, value, swap[1]))
-                elif primitives:
-                    _swap_made_at_import(module, names, (namespace, name, value), made, undo, followed)
-        _follow(followed, undo)
+                elif copier is not None:
+                    at = (namespace, name, value)
+                    _swap_made_at_import(module, names, at, (copier, made), undo, followed)
+        if copier is _copy_primitive:
+            _follow(followed, undo)
         yield
     finally:
         for cls in followed:
@@ -202,25 +223,25 @@ def _swap_made_at_import(
     module: types.ModuleType,
     names: set[str],
     place: tuple[dict[str, Any], str, object],
-    made: dict[int, object],
+    copying: tuple[_Copier, dict[int, object]],
     undo: list[_Undo],
     followed: list[type],
 ) -> None:
     """Swap what ``module`` made at import under one global name (``place``: its namespace, the
     name, the value): a primitive; a class's primitive attributes (and a Thread subclass is
     followed, counted in ``followed``); a named module's object's own primitives, one level down
-    (a pool made at import)."""
+    (a pool made at import). ``copying``: the copier, and the copies it made so far."""
     namespace, name, value = place
-    _swap_primitive(namespace, name, value, made, undo)
+    _swap_primitive(namespace, name, value, copying, undo)
     if isinstance(value, type) and value.__module__ == module.__name__:
         for attribute, member in list(vars(value).items()):
-            _swap_primitive(value, attribute, member, made, undo)
+            _swap_primitive(value, attribute, member, copying, undo)
         if issubclass(value, threading.Thread):
             _coop.FOLLOWED[value] = _coop.FOLLOWED.get(value, 0) + 1
             followed.append(value)
     elif type(value).__module__ in names and not isinstance(value, dict | type):
         for attribute, member in list(getattr(value, "__dict__", {}).items()):
-            _swap_primitive(value, attribute, member, made, undo)
+            _swap_primitive(value, attribute, member, copying, undo)
 
 
 _FOLLOWERS = {"start": _coop.thread_start, "join": _coop.thread_join, "is_alive": _coop.thread_is_alive}
@@ -236,10 +257,16 @@ def _follow(followed: list[type], undo: list[_Undo]) -> None:
 
 
 def _swap_primitive(
-    place: object, name: str, value: object, made: dict[int, object], undo: list[_Undo]
+    place: object, name: str, value: object, copying: tuple[_Copier, dict[int, object]], undo: list[_Undo]
 ) -> None:
-    """Put the cooperative copy of ``value`` in its place, if it is a real primitive free now."""
-    stand_in = _stand_in(value, made)
+    """Put the copy of ``value`` in its place, if it is a primitive the copier takes, free now."""
+    copier, made = copying
+    if id(value) in made:
+        stand_in: object | None = made[id(value)]
+    else:
+        stand_in = copier(value, made)
+        if stand_in is not None:
+            made[id(value)] = stand_in
     if stand_in is None:
         return
     if isinstance(place, dict):
@@ -253,15 +280,14 @@ _REAL_LOCK = type(threading.Lock())
 _REAL_RLOCK = type(threading.RLock())
 
 
-def _stand_in(real: object, made: dict[int, object]) -> object | None:
-    """The cooperative copy of a real primitive, in its present state (one per primitive), or
-    None: not a primitive, or one that some thread holds now (left as it is)."""
-    if id(real) in made:
-        return made[id(real)]
-    stand_in = _copy_primitive(real, made)
-    if stand_in is not None:
+def _made(real: object, made: dict[int, object], copier: _Copier) -> object | None:
+    """The copy of ``real`` made already, else a new one (kept in ``made``), else None."""
+    if id(real) not in made:
+        stand_in = copier(real, made)
+        if stand_in is None:
+            return None
         made[id(real)] = stand_in
-    return stand_in
+    return made[id(real)]
 
 
 def _copy_primitive(real: object, made: dict[int, object]) -> object | None:
@@ -273,7 +299,7 @@ def _copy_primitive(real: object, made: dict[int, object]) -> object | None:
         real.release()
         return _coop.RLock()
     if isinstance(real, threading.Condition):
-        lock = _stand_in(getattr(real.acquire, "__self__", None), made)  # the lock it was made on
+        lock = _made(getattr(real.acquire, "__self__", None), made, _copy_primitive)  # its lock
         return _coop.Condition(lock) if isinstance(lock, _coop.Lock) else None
     if isinstance(real, threading.Semaphore):  # BoundedSemaphore too
         value = _drain(real)
@@ -345,3 +371,72 @@ def _headroom(semaphore: threading.BoundedSemaphore) -> int:
     for _ in range(given):
         semaphore.acquire(blocking=False)
     return given
+
+
+def _copy_async_primitive(real: object, made: dict[int, object]) -> object | None:
+    """A fresh asyncio primitive in ``real``'s state (no loop bound yet), or None: not one, or
+    one held or waited on now (left as it is)."""
+    kind = type(real)
+    if kind is asyncio.Lock:
+        return None if real.locked() else asyncio.Lock()  # type: ignore[attr-defined]
+    if kind is asyncio.Event:
+        event = asyncio.Event()
+        if real.is_set():  # type: ignore[attr-defined]
+            event.set()
+        return event
+    if kind is asyncio.Condition:
+        lock = _made(getattr(real.acquire, "__self__", None), made, _copy_async_primitive)  # type: ignore[attr-defined]
+        return asyncio.Condition(lock) if isinstance(lock, asyncio.Lock) else None
+    if kind in (asyncio.Semaphore, asyncio.BoundedSemaphore):
+        return _copy_async_semaphore(real)  # type: ignore[arg-type]
+    if kind in (asyncio.Queue, asyncio.LifoQueue, asyncio.PriorityQueue):
+        return _copy_async_queue(real)  # type: ignore[arg-type]
+    return None
+
+
+def _copy_async_semaphore(real: asyncio.Semaphore) -> asyncio.Semaphore:
+    """A fresh semaphore with ``real``'s value (and bound): units taken while one is free (an
+    acquire that needs no wait completes at its first step), then given back."""
+    taken = 0
+    while not real.locked():
+        step = real.acquire()
+        try:
+            step.send(None)
+        except StopIteration:
+            taken += 1
+        else:  # it would wait after all: let it go
+            step.close()
+            break
+    for _ in range(taken):
+        real.release()
+    if isinstance(real, asyncio.BoundedSemaphore):
+        bound = taken
+        with contextlib.suppress(ValueError):
+            while True:
+                real.release()
+                bound += 1
+        for _ in range(bound - taken):
+            step = real.acquire()
+            with contextlib.suppress(StopIteration):
+                step.send(None)
+        semaphore: asyncio.Semaphore = asyncio.BoundedSemaphore(bound)
+        for _ in range(bound - taken):
+            step = semaphore.acquire()
+            with contextlib.suppress(StopIteration):
+                step.send(None)
+        return semaphore
+    return asyncio.Semaphore(taken)
+
+
+def _copy_async_queue(real: asyncio.Queue[Any]) -> asyncio.Queue[Any]:
+    """A fresh queue of ``real``'s kind and bound, holding its items (taken and put back)."""
+    items = []
+    with contextlib.suppress(asyncio.QueueEmpty):
+        while True:
+            items.append(real.get_nowait())
+    copy: asyncio.Queue[Any] = type(real)(real.maxsize)
+    for item in items:
+        real.put_nowait(item)
+        real.task_done()  # the put back is no new task: the count of unfinished ones stands
+        copy.put_nowait(item)
+    return copy

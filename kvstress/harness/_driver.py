@@ -9,6 +9,7 @@ harness.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from kvstress import checkers
 from kvstress._checks import check_block_shape, check_dtype, check_num_blocks
 from kvstress._violation import BlockRecord, InvariantViolation
 from kvstress.checkers import TimingPolicy
+from kvstress.controlled._patch import own_loop_primitives, resolve_modules
 from kvstress.harness._cpu import watch_gc
 from kvstress.harness._dump import dump_blocks
 from kvstress.harness._history import History
@@ -74,6 +76,9 @@ class PoolDriver(Scenarios):
         self.loop: LoopThread | None = None
         args = (self.num_blocks, self.block_shape)
         kwargs = {"dtype": check_dtype(dtype), "device": device}
+        self._own = contextlib.ExitStack()
+        if is_async_factory(factory) and backend == "asyncio":  # this example's loop is a new one
+            self._own.enter_context(own_loop_primitives(resolve_modules((factory,))))
         if is_async_factory(factory):
             self.loop = LoopThread(backend, backend_options)
             self.pool = self._build(lambda: self.loop.call(lambda: factory(*args, **kwargs), 30), factory)  # type: ignore[union-attr]
@@ -239,6 +244,7 @@ class PoolDriver(Scenarios):
             worker.close()
         if self.loop is not None:
             self.loop.close()
+        self._own.close()
 
     # -- plumbing -----------------------------------------------------------------------------
 

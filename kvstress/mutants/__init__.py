@@ -105,6 +105,7 @@ from kvstress.mutants._ordinary_anyio import AnyioSemaphorePool as AnyioSemaphor
 from kvstress.mutants._ordinary_anyio import AnyioStreamPool as AnyioStreamPool
 from kvstress.mutants._ordinary_asyncio import AsyncioConditionPool as AsyncioConditionPool
 from kvstress.mutants._ordinary_asyncio import AsyncioLockEventPool as AsyncioLockEventPool
+from kvstress.mutants._ordinary_asyncio import AsyncioModuleConditionPool as AsyncioModuleConditionPool
 from kvstress.mutants._ordinary_asyncio import AsyncioQueuePool as AsyncioQueuePool
 from kvstress.mutants._ordinary_asyncio import AsyncioSemaphorePool as AsyncioSemaphorePool
 from kvstress.mutants._ordinary_background import AsyncPollingPool as AsyncPollingPool

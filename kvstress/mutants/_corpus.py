@@ -91,6 +91,7 @@ from kvstress.mutants._ordinary_anyio import (
 from kvstress.mutants._ordinary_asyncio import (
     AsyncioConditionPool,
     AsyncioLockEventPool,
+    AsyncioModuleConditionPool,
     AsyncioQueuePool,
     AsyncioSemaphorePool,
 )
@@ -111,6 +112,7 @@ ORDINARY_POOLS: tuple[type, ...] = (
     AsyncioSemaphorePool,
     AsyncioQueuePool,
     AsyncioConditionPool,
+    AsyncioModuleConditionPool,
     AsyncioLockEventPool,
     BackgroundTaskPool,
     # anyio (asyncio and trio)

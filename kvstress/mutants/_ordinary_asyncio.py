@@ -1,7 +1,8 @@
 """Correct async pools written the ordinary way on asyncio's own primitives (asyncio only).
 
 Each is what a developer writes first with the primitive at hand, cancel-safe because the
-primitive is: a Semaphore and a deque, a Queue of blocks, a Condition, a Lock with an Event.
+primitive is: a Semaphore and a deque, a Queue of blocks, a Condition (and one made at import,
+module-level), a Lock with an Event.
 Timeouts are ``asyncio.timeout`` on the loop's clock; 0 tries once.
 """
 
@@ -141,6 +142,39 @@ class AsyncioConditionPool(BlockLedger):
             self._reset(block)
             self._free.append(block)
             self._cond.notify()
+        return True
+
+
+_FREED = asyncio.Condition()
+"""AsyncioModuleConditionPool's condition, made at import and shared by every instance."""
+
+
+class AsyncioModuleConditionPool(AsyncioConditionPool):
+    """AsyncioConditionPool with its Condition made at import, a module-level global as a
+    one-loop server may keep it (it binds to the loop it first waits on). Instances share it,
+    so a release wakes every waiter (each rechecks its own deque)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        del self._cond  # the module's, looked up at each call
+
+    async def _acquire(self, timeout: float | None) -> Block | None:
+        async with _FREED:
+            if not self._free:
+                if timeout == 0:
+                    return None
+                async with asyncio.timeout(timeout):
+                    await _FREED.wait_for(lambda: bool(self._free))
+            return self._taken(self._free.popleft())
+
+    async def release(self, block: Block) -> bool:
+        """One reference less; at the last, reset, queue and wake the waiters."""
+        async with _FREED:
+            if not self._last_reference(block):
+                return False
+            self._reset(block)
+            self._free.append(block)
+            _FREED.notify_all()
         return True
 
 
