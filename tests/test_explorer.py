@@ -8,6 +8,7 @@ the twin.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import threading
 import time
@@ -138,12 +139,12 @@ def test_time_is_virtual() -> None:
     assert explore(main, schedules=50, seed=1).schedules == 50
 
 
-async def deadline_on_monotonic() -> None:
-    """A poll loop of the ordinary kind: a deadline on time.monotonic, naps on asyncio.sleep."""
+async def deadline_on_monotonic(sleep: Callable[[float], Coroutine[Any, Any, None]]) -> None:
+    """A poll loop of the ordinary kind: a deadline on time.monotonic, naps on ``sleep``."""
     deadline = time.monotonic() + 3600
     naps = 0
     while time.monotonic() < deadline:
-        await asyncio.sleep(1)
+        await sleep(1)
         naps += 1
         assert naps <= 3600, "the deadline never came: time.monotonic is not the loop's clock"
     assert naps == 3600, f"{naps} naps for an hour"
@@ -153,21 +154,9 @@ async def deadline_on_monotonic() -> None:
 def test_the_test_modules_monotonic_clock_is_the_loops(backend: str) -> None:
     """In the explored function's module, time.monotonic reads the loop's virtual clock: an hour's
     deadline polled every second takes 3,600 naps and no wall time worth noting."""
-    if backend == "trio":
-        import trio
+    import trio
 
-        async def main() -> None:
-            deadline = time.monotonic() + 3600
-            naps = 0
-            while time.monotonic() < deadline:
-                await trio.sleep(1)
-                naps += 1
-                assert naps <= 3600, "the deadline never came: time.monotonic is not trio's clock"
-            assert naps == 3600, f"{naps} naps for an hour"
-
-        fn: Callable[[], Coroutine[Any, Any, None]] = main
-    else:
-        fn = deadline_on_monotonic
+    fn = functools.partial(deadline_on_monotonic, trio.sleep if backend == "trio" else asyncio.sleep)
     started = time.monotonic()
     assert explore(fn, schedules=3, seed=1, backend=backend).schedules == 3
     assert time.monotonic() - started < 60
