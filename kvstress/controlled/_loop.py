@@ -186,11 +186,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
 
     async def shutdown_default_executor(self, *args: Any, **kwargs: Any) -> None:
         """The stock call (a thread joins the executor's), counted as ``run_in_executor``'s are."""
-        self._kv_threads += 1
-        try:
+        with self.thread_work():
             await super().shutdown_default_executor(*args, **kwargs)
-        finally:
-            self._kv_threads -= 1
 
     def _kv_thread_back(self, future: asyncio.Future[Any]) -> None:
         self._kv_threads -= 1

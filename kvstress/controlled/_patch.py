@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import inspect
 import queue
@@ -155,10 +156,13 @@ def cooperative(modules: Iterable[types.ModuleType]) -> contextlib.AbstractConte
     return _swapped(modules, _THREAD_SWAPS, _copy_primitive)
 
 
-def loop_clock(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContextManager[None]:
+def loop_clock(
+    modules: Iterable[types.ModuleType], *, fresh_primitives: bool = False
+) -> contextlib.AbstractContextManager[None]:
     """Within the block, ``modules`` read ``time.monotonic``/``perf_counter`` from the running
-    controlled loop, so an async pool that mixes them with the loop's timeouts stays on one clock."""
-    return _swapped(modules, _LOOP_SWAPS)
+    controlled loop, so an async pool that mixes them with the loop's timeouts stays on one clock;
+    with ``fresh_primitives``, in the same pass, as ``own_loop_primitives`` does."""
+    return _swapped(modules, _LOOP_SWAPS, _copy_async_primitive if fresh_primitives else None)
 
 
 def own_loop_primitives(modules: Iterable[types.ModuleType]) -> contextlib.AbstractContextManager[None]:
@@ -261,12 +265,7 @@ def _swap_primitive(
 ) -> None:
     """Put the copy of ``value`` in its place, if it is a primitive the copier takes, free now."""
     copier, made = copying
-    if id(value) in made:
-        stand_in: object | None = made[id(value)]
-    else:
-        stand_in = copier(value, made)
-        if stand_in is not None:
-            made[id(value)] = stand_in
+    stand_in = _made(value, made, copier)
     if stand_in is None:
         return
     if isinstance(place, dict):
@@ -302,11 +301,11 @@ def _copy_primitive(real: object, made: dict[int, object]) -> object | None:
         lock = _made(getattr(real.acquire, "__self__", None), made, _copy_primitive)  # its lock
         return _coop.Condition(lock) if isinstance(lock, _coop.Lock) else None
     if isinstance(real, threading.Semaphore):  # BoundedSemaphore too
-        value = _drain(real)
-        if isinstance(real, threading.BoundedSemaphore):
-            semaphore: _coop.Semaphore = _coop.BoundedSemaphore(value + _headroom(real))
-        else:
-            semaphore = _coop.Semaphore()
+        take = functools.partial(real.acquire, blocking=False)
+        value = _free_units(take, real.release)
+        if not isinstance(real, threading.BoundedSemaphore):
+            return _coop.Semaphore(value)
+        semaphore = _coop.BoundedSemaphore(value + _headroom(take, real.release))
         semaphore._value = value
         return semaphore
     if isinstance(real, threading.Event):
@@ -351,25 +350,25 @@ def _copy_queue(real: object) -> _coop_queue.Queue | None:
     return None
 
 
-def _drain(semaphore: threading.Semaphore) -> int:
-    """A real semaphore's value (units taken without waiting, then given back)."""
+def _free_units(take: Callable[[], bool], give: Callable[[], object]) -> int:
+    """A real semaphore's value: units taken while one comes without waiting, then given back."""
     taken = 0
-    while semaphore.acquire(blocking=False):
+    while take():
         taken += 1
-    if taken:
-        semaphore.release(taken)
+    for _ in range(taken):
+        give()
     return taken
 
 
-def _headroom(semaphore: threading.BoundedSemaphore) -> int:
+def _headroom(take: Callable[[], bool], give: Callable[[], object]) -> int:
     """How many releases a real bounded semaphore takes before it refuses (undone after)."""
     given = 0
     with contextlib.suppress(ValueError):
         while True:
-            semaphore.release()
+            give()
             given += 1
     for _ in range(given):
-        semaphore.acquire(blocking=False)
+        take()
     return given
 
 
@@ -395,37 +394,30 @@ def _copy_async_primitive(real: object, made: dict[int, object]) -> object | Non
 
 
 def _copy_async_semaphore(real: asyncio.Semaphore) -> asyncio.Semaphore:
-    """A fresh semaphore with ``real``'s value (and bound): units taken while one is free (an
-    acquire that needs no wait completes at its first step), then given back."""
-    taken = 0
-    while not real.locked():
-        step = real.acquire()
-        try:
-            step.send(None)
-        except StopIteration:
-            taken += 1
-        else:  # it would wait after all: let it go
-            step.close()
-            break
-    for _ in range(taken):
-        real.release()
-    if isinstance(real, asyncio.BoundedSemaphore):
-        bound = taken
-        with contextlib.suppress(ValueError):
-            while True:
-                real.release()
-                bound += 1
-        for _ in range(bound - taken):
-            step = real.acquire()
-            with contextlib.suppress(StopIteration):
-                step.send(None)
-        semaphore: asyncio.Semaphore = asyncio.BoundedSemaphore(bound)
-        for _ in range(bound - taken):
-            step = semaphore.acquire()
-            with contextlib.suppress(StopIteration):
-                step.send(None)
-        return semaphore
-    return asyncio.Semaphore(taken)
+    """A fresh semaphore with ``real``'s value (and bound), read as a thread semaphore's is."""
+    take = functools.partial(_taken_now, real)
+    value = _free_units(take, real.release)
+    if not isinstance(real, asyncio.BoundedSemaphore):
+        return asyncio.Semaphore(value)
+    bound = value + _headroom(take, real.release)
+    semaphore = asyncio.BoundedSemaphore(bound)
+    for _ in range(bound - value):
+        _taken_now(semaphore)
+    return semaphore
+
+
+def _taken_now(semaphore: asyncio.Semaphore) -> bool:
+    """Take a unit if one is free now, outside any loop: an acquire that needs no wait completes
+    at its first step. False when it would wait."""
+    if semaphore.locked():
+        return False
+    step = semaphore.acquire()
+    try:
+        step.send(None)
+    except StopIteration:
+        return True
+    step.close()  # it would wait after all
+    return False
 
 
 def _copy_async_queue(real: asyncio.Queue[Any]) -> asyncio.Queue[Any]:

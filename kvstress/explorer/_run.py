@@ -17,13 +17,7 @@ from typing import Any
 
 from kvstress.controlled import SchedulerExhausted, SchedulerMisbehaved, run_controlled
 from kvstress.controlled._baton import ThreadController
-from kvstress.controlled._patch import (
-    cooperative,
-    loop_clock,
-    own_loop_primitives,
-    resolve_modules,
-    source_files,
-)
+from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files
 from kvstress.schedulers import Schedule, ScheduleDivergence, Scheduler
 
 # The pools' own modules are always cooperative on the baton: their locks must be the baton's,
@@ -107,7 +101,7 @@ def search(
         # The test's own clock reads are the loop's, as they are on a real loop (loop.time() is
         # time.monotonic()): a deadline on time.monotonic then comes with the virtual sleeps.
         clocked = resolve_modules((underlying(fn), *modules))
-        with loop_clock(clocked), own_loop_primitives(clocked):  # each schedule on a loop of its own
+        with loop_clock(clocked, fresh_primitives=True):  # each schedule on a loop of its own
             return _loop(once, scheduler, limit, failure_types)
     resolved = thread_modules(fn, modules)
     files = source_files(resolved)

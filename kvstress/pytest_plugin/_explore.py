@@ -35,7 +35,6 @@ from kvstress.explorer._strategies import (
 )
 from kvstress.pytest_plugin._protocol import RUN, SECTION, Run, run_schedules
 from kvstress.pytest_plugin._seeds import seed_for
-from kvstress.schedulers import Scheduler
 
 MARKER_NAME = "kvstress_explore"
 MARKER = (
@@ -43,6 +42,7 @@ MARKER = (
     "that many controlled schedules (kvstress.explore), stopping at the first failure"
 )
 _OPTIONS = ("schedules", "strategy", "seed", "modules")
+_FAILURES = (Exception, pytest.fail.Exception)  # what fails a schedule (a test's own pytest.fail too)
 _THEN_TEARDOWN = "passed, and then its fixtures' teardown failed"
 _WITH_GIVEN = (
     "does not combine with Hypothesis' @given; explore a plain test, or call kvstress.explore inside"
@@ -86,7 +86,7 @@ class ExploredTests:
         original = pyfuncitem.obj
         test = inspect.unwrap(original)
         if run is None:
-            pyfuncitem.obj = self._explorer(pyfuncitem, marker, test, backend)
+            pyfuncitem.obj = self._explorer(pyfuncitem, self._run(pyfuncitem, marker), test, backend)
         else:
             pyfuncitem.obj = self._one_schedule(pyfuncitem, run, test, backend)
         try:
@@ -104,36 +104,23 @@ class ExploredTests:
                 terminalreporter.write_line(f"{nodeid}: {line}")
 
     def _explorer(
-        self, item: pytest.Function, marker: pytest.Mark, test: Callable[..., Any], backend: str
+        self, item: pytest.Function, run: Run, test: Callable[..., Any], backend: str
     ) -> Callable[..., None]:
+        """The test function as every schedule of ``run``, on the fixtures it is given once."""
         __tracebackhide__ = True
-        try:
-            schedules, strategy, seed, modules = self._options(item, marker)
-        except ValueError as error:
-            problem = str(error)
-        else:
-            problem = ""
-        if hasattr(item.obj, "hypothesis"):
-            # Each schedule would rerun the whole @given search, and its draws are not replayed.
-            problem = _WITH_GIVEN
-        if problem:  # failed outside the except block, so no "during handling" chain is shown
-            pytest.fail(f"{MARKER_NAME}: {problem}", pytrace=False)
+        if run.scheduler is None:  # failed here, outside any except block: no chained traceback
+            pytest.fail(f"{MARKER_NAME}: {run.problem}", pytrace=False)
+        scheduler = run.scheduler
 
         @functools.wraps(test)
         def explore_test(**fixtures: Any) -> None:
             __tracebackhide__ = True
             fn = functools.partial(test, **fixtures)
-            scheduler: Scheduler
-            if self._replay is not None:
-                scheduler, limit, name = replay_scheduler(self._replay, "--kvstress-replay"), 1, "replay"
-            else:
-                scheduler, limit, name = make_scheduler(strategy, seed), schedules, strategy
-            failures = (Exception, pytest.fail.Exception)
-            outcome = search(fn, scheduler, limit, failure_types=failures, modules=modules, backend=backend)
+            limit, modules = run.limit, run.modules
+            outcome = search(fn, scheduler, limit, failure_types=_FAILURES, modules=modules, backend=backend)
             if outcome.failure is not None:
-                hint = f"pytest --kvstress-replay={{}} {item.nodeid}"
-                raise_failure(outcome, name, seed, limit, hint)
-            self._passed(item, outcome.runs, name, seed)
+                raise_failure(outcome, run.name, run.seed, run.limit, _replay_hint(item))
+            self._passed(item, outcome.runs, run.name, run.seed)
 
         return explore_test
 
@@ -161,16 +148,15 @@ class ExploredTests:
                 run.done = True
                 pytest.fail(f"{MARKER_NAME}: {run.problem}", pytrace=False)
             fn = functools.partial(test, **fixtures)
-            failures = (Exception, pytest.fail.Exception)
             try:
                 outcome = search(
-                    fn, run.scheduler, 1, failure_types=failures, modules=run.modules, backend=backend
+                    fn, run.scheduler, 1, failure_types=_FAILURES, modules=run.modules, backend=backend
                 )
             except BaseException:
                 run.done = True
                 raise
             run.runs += outcome.runs
-            hint = f"pytest --kvstress-replay={{}} {item.nodeid}"
+            hint = _replay_hint(item)
             if outcome.failure is not None:
                 run.done = True
                 raise_failure(replace(outcome, runs=run.runs), run.name, run.seed, run.limit, hint)
@@ -208,6 +194,11 @@ class ExploredTests:
         if not isinstance(modules, list | tuple):
             raise ValueError(f"modules must be a list or tuple of modules or names, got {modules!r}")
         return schedules, strategy, run_seed, tuple(modules)
+
+
+def _replay_hint(item: pytest.Function) -> str:
+    """The replay command for ``item``, its ``{}`` taking the schedule."""
+    return f"pytest --kvstress-replay={{}} {item.nodeid}"
 
 
 def _anyio_backend(item: pytest.Function) -> str | None:

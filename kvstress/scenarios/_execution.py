@@ -38,7 +38,7 @@ from kvstress.controlled import (
 from kvstress.controlled._baton import active_controller
 from kvstress.controlled._coop import Event as CoopEvent
 from kvstress.controlled._coop import sleep as coop_sleep
-from kvstress.controlled._patch import loop_clock, own_loop_primitives, resolve_modules
+from kvstress.controlled._patch import loop_clock, resolve_modules
 from kvstress.controlled._threads import run_threads
 from kvstress.harness._dump import dump_blocks
 from kvstress.harness._history import History
@@ -180,7 +180,7 @@ def run_execution(
                 run_trio_execution(config, scheduler, record)
         elif config.is_async:
             modules = resolve_modules(config.modules or (config.factory,))
-            with loop_clock(modules), own_loop_primitives(modules):
+            with loop_clock(modules, fresh_primitives=True):
                 run_controlled(
                     lambda: _async_main(config, record),
                     scheduler,
