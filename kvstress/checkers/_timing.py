@@ -28,6 +28,9 @@ class TimingPolicy:
       anyio over asyncio, 17 us on anyio over trio). Waits shorter than ``busy_min_wait`` are
       not judged.
     - ``hang_bound``: how long past its own timeout an operation may take before it is a hang.
+    - ``settle``: for a pool that finishes a release after it returned (a reset worker offers the
+      block), how long beyond its backoff bound and the slack the block may take to reach the
+      free queue. A correct one needs a moment; only a block that never arrives waits it out.
     """
 
     slack: float = 0.25
@@ -39,6 +42,7 @@ class TimingPolicy:
     busy_min_wait: float = 0.02
     busy_cpu_allowance: float = 0.02
     hang_bound: float = 5.0
+    settle: float = 0.1
 
     def slack_now(self) -> float:
         """``slack`` scaled by how far the machine's cores are oversubscribed now (the load

@@ -20,6 +20,11 @@ line first (the waiter was switched out between its call and the pool's lock). S
 a block counts as free only from the return of every batch that was in flight after the block
 was freed and began before the waiter returned, whatever the batch answered. Only single
 acquires are judged here; a batch waiter's own wake-up is the batch probe's to judge.
+
+A release that returned with its block still RELEASING (``observed["deferred"]``: the pool's
+reset worker offers it later) does not say when the block became free: it counts as free from
+``settle`` seconds after the release returned, the time the quiet checks give such a pool to
+offer a released block.
 """
 
 from __future__ import annotations
@@ -29,8 +34,11 @@ from collections.abc import Sequence
 from kvstress._violation import InvariantViolation, Operation
 
 
-def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: float) -> None:
-    """Raise ``lost-wakeup`` for an acquire that waited past a surely free block (see above)."""
+def check_wakeups(
+    history: Sequence[Operation], backoff_bound: float, slack: float, settle: float = 0.0
+) -> None:
+    """Raise ``lost-wakeup`` for an acquire that waited past a surely free block (see above);
+    a deferred release's block counts as free ``settle`` seconds after its release returned."""
     bound = backoff_bound + slack
     acquires = [op for op in history if op.name == "acquire"]
     batches = [op for op in history if op.name == "acquire_many"]
@@ -41,6 +49,10 @@ def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: flo
         freed = release.end
         if freed is None:
             continue
+        late = ""
+        if release.observed and release.observed.get("deferred"):
+            freed += settle  # the pool's reset worker has that long to offer it
+            late = f", offered later by the pool: counted free from {freed:.6f} s"
         takers = [op for op in (*acquires, *batches) if _may_take(op, block, release.start)]
         # Each acquire that gave up while the block was being handed on, with its return.
         handed = [
@@ -67,8 +79,9 @@ def check_wakeups(history: Sequence[Operation], backoff_bound: float, slack: flo
                 raise InvariantViolation(
                     "lost-wakeup",
                     f"{waiter.describe()} kept waiting for {free_to - free_from:.6g} s while block "
-                    f"{block} sat free (released by {release.worker} at {freed:.6f} s, taken again "
-                    f"{'never' if taken == float('inf') else f'at {taken:.6f} s'}); the bound is "
+                    f"{block} sat free (released by {release.worker} at {release.end:.6f} s{late}, "
+                    f"taken again {'never' if taken == float('inf') else f'at {taken:.6f} s'}); the "
+                    f"bound is "
                     f"{bound:.6g} s (backoff {backoff_bound:g} + slack {slack:g})",
                     history=tuple(history),
                 )

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from kvstress.controlled._baton import ControlledThread, ThreadController, active_controller
+from kvstress.controlled._baton import ControlledThread, ThreadAborted, ThreadController, active_controller
 
 T = TypeVar("T")
 
@@ -124,7 +124,11 @@ class Lock(_Primitive):
     def __enter__(self) -> bool:
         return self.acquire()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is not None and issubclass(kind, ThreadAborted) and not self._is_owned(_here()[1]):
+            # The run is over and this thread unwinds from a Condition.wait that could not take
+            # the lock back (no thread may be scheduled any more): nothing of its to release.
+            return
         self.release()
 
     # What a Condition needs from its lock.
@@ -195,8 +199,8 @@ class Condition(_Primitive):
     def __enter__(self) -> bool:
         return self._lock.__enter__()
 
-    def __exit__(self, *exc: object) -> None:
-        self._lock.__exit__(*exc)
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self._lock.__exit__(kind, *exc)
 
     def wait(self, timeout: float | None = None) -> bool:
         controller, me = _here()

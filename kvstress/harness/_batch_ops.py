@@ -39,7 +39,7 @@ class BatchOperations(Operations):
             self.history.end(index, self._stamp(), "info", None, observed)
             checkers.check_timeout(timeout, False, elapsed, busy, self.backoff_bound, self.timing)
             free = self.num_blocks - len(self.ledger.open)
-            if self.sequential and timeout == 0 and free >= n:
+            if self.sequential and timeout == 0 and free >= n and not await self._excused_refusal(index):
                 raise InvariantViolation(
                     "lost-block",
                     f"acquire_many({n}, timeout=0) returned None although {free} block(s) are held "

@@ -26,7 +26,7 @@ from kvstress.harness._dump import dump_blocks
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import CallHung, LoopThread, ThreadWorker, run_to_completion
-from kvstress.harness._scenarios import Scenarios
+from kvstress.harness._scenarios import Scenarios, speaks_anyio
 
 T = TypeVar("T")
 PROTOCOL = ("num_blocks", "acquire", "mark_in_use", "retain", "release", "free_count", "free_ids")
@@ -85,6 +85,7 @@ class PoolDriver(Scenarios):
         else:
             self.pool = self._build(lambda: factory(*args, **kwargs), factory)
         self.is_async = inspect.iscoroutinefunction(self.pool.acquire)
+        self.native_cancel = self.is_async and backend == "asyncio" and not speaks_anyio(self.pool)
         if self.is_async and self.loop is None:
             self.loop = LoopThread(backend, backend_options)
         self.backoff_bound = self.timing.backoff_bound_of(self.pool)
@@ -232,6 +233,7 @@ class PoolDriver(Scenarios):
             for block_id in self.ledger.held_by(holder):
                 while holder in self.ledger.holders_of(block_id):
                     self.release(holder, block_id)
+        self._dispatch("harness", self.op_settle, self._bound(0))
         taken = [self.acquire("drain", 0) for _ in range(self.num_blocks + 1)]
         for got in taken:
             if got is not None:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import types
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ import anyio
 
 from kvstress import checkers
 from kvstress._violation import InvariantViolation
+from kvstress.controlled._patch import resolve_modules
 from kvstress.harness._batch_ops import BatchOperations
 from kvstress.harness._runner import CallHung, run_to_completion
 
@@ -21,6 +23,20 @@ class Scenarios(BatchOperations):
     """Operations in flight together: the lost-wakeup probes and concurrent batches."""
 
     _scopes: dict[str, Any]
+    native_cancel: bool = False  # cancel with one Task.cancel(), as asyncio code does (speaks_anyio)
+
+    def _cancel_scope(self) -> Any:
+        """What cancels one operation of this pool: the deadline its own callers would set. An
+        anyio (or trio) pool is cancelled by an anyio cancel scope, which re-delivers the
+        cancellation until the scope is left (level-triggered); a pool written on asyncio alone
+        by one ``Task.cancel()``, as ``asyncio.timeout`` and a server dropping a request do
+        (edge-triggered). Correct asyncio code relies on the difference: on Python 3.11,
+        ``asyncio.wait_for`` around ``Condition.wait`` is interrupted by the second delivery
+        while its inner task still re-acquires the lock, and the caller's ``async with`` then
+        releases a lock it does not hold."""
+        if not self.is_async:
+            return _NO_SCOPE
+        return TaskCancel() if self.native_cancel else anyio.CancelScope()
 
     async def op_probe_wakeup(
         self, waiter: str, releaser: str, block_id: int, patience: float, cancel: bool = False
@@ -63,7 +79,7 @@ class Scenarios(BatchOperations):
         # follows finds it neither held nor free).
         got: list[int | None] = []
         answered_at: list[float] = []
-        scope = anyio.CancelScope()
+        scope = self._cancel_scope()
 
         async def wait() -> None:
             with scope:
@@ -99,7 +115,7 @@ class Scenarios(BatchOperations):
             return await self._probe_batch_threads(waiter, releaser, block_ids, patience, park)
         got: list[list[int] | None] = []
         answered_at: list[float] = []
-        scope = anyio.CancelScope()
+        scope = self._cancel_scope()
 
         async def wait() -> None:
             with scope:
@@ -196,7 +212,7 @@ class Scenarios(BatchOperations):
             mine = self.ledger.held_by(holder)
             if kind == "acquire":
                 block_id = None
-                with anyio.CancelScope() if self.is_async else _NO_SCOPE as scope:
+                with self._cancel_scope() as scope:
                     self._scopes[holder] = scope
                     block_id = await self.op_acquire(holder, arg)
                 self._scopes.pop(holder, None)
@@ -211,7 +227,7 @@ class Scenarios(BatchOperations):
                     peer_scope.cancel()
             elif kind == "release" and mine:
                 # Cancellable too: a request cancelled while it gives its block back.
-                with anyio.CancelScope() if self.is_async else _NO_SCOPE as scope:
+                with self._cancel_scope() as scope:
                     self._scopes[holder] = scope
                     await self.op_release(holder, mine[-1])
                 self._scopes.pop(holder, None)
@@ -230,7 +246,7 @@ class Scenarios(BatchOperations):
         """A program's acquire_many: cancellable (async) like its acquire; each block is marked
         in use and given a fresh canary."""
         block_ids = None  # stays so when a peer's cancel ends the call (the scope absorbs it)
-        with anyio.CancelScope() if self.is_async else _NO_SCOPE as scope:
+        with self._cancel_scope() as scope:
             self._scopes[holder] = scope
             block_ids = await self.op_acquire_many(holder, n, timeout)
         self._scopes.pop(holder, None)
@@ -267,6 +283,71 @@ class Scenarios(BatchOperations):
             except TimeoutError:
                 self._worker(holder).stuck = True
                 raise CallHung(f"{holder}: its batch program did not finish") from None
+
+
+class TaskCancel:
+    """A cancel scope for asyncio code: ``cancel()`` calls ``Task.cancel()`` once on the task
+    inside the block (at once if it is in there, else as it enters), and the block absorbs that
+    one cancellation as ``asyncio.timeout`` absorbs its own; it uncancels the task either way, so
+    a cancellation from elsewhere still propagates."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[Any] | None = None
+        self._requested = False
+        self._fired = False
+        self._left = False
+
+    def __enter__(self) -> TaskCancel:
+        self._task = asyncio.current_task()
+        if self._requested:
+            self._fire()
+        return self
+
+    def cancel(self) -> None:
+        """Cancel the operation in the block, once; a no-op once the block is left."""
+        self._requested = True
+        if self._task is not None and not self._left:
+            self._fire()
+
+    def _fire(self) -> None:
+        if not self._fired and self._task is not None:
+            self._fired = True
+            self._task.cancel()
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> bool:
+        self._left = True
+        if not self._fired or self._task is None:
+            return False
+        left = self._task.uncancel()
+        return kind is not None and issubclass(kind, asyncio.CancelledError) and left == 0
+
+
+def speaks_anyio(pool: object) -> bool:
+    """Whether the pool's code (the modules of its class's MRO) uses anyio or trio, whose callers
+    cancel it with cancel scopes; a pool on asyncio alone is cancelled as asyncio code is."""
+    cls = type(pool)
+    known = _SPEAKS_ANYIO.get(cls)
+    if known is None:
+        known = _SPEAKS_ANYIO[cls] = _speaks_anyio(cls)
+    return known
+
+
+_SPEAKS_ANYIO: dict[type, bool] = {}
+
+
+def _speaks_anyio(cls: type) -> bool:
+    for module in resolve_modules([cls]):
+        for value in list(vars(module).values()):
+            if isinstance(value, types.ModuleType):
+                name = value.__name__
+            else:
+                try:
+                    name = getattr(value, "__module__", None) or ""
+                except Exception:  # an object whose attributes raise names no framework
+                    continue
+            if isinstance(name, str) and name.partition(".")[0] in ("anyio", "trio"):
+                return True
+    return False
 
 
 class _NoScope:

@@ -153,7 +153,10 @@ def _map(op: Operation, num_blocks: int) -> _Mapped | str | None:
         return None  # no block of this pool: the call cannot have changed one
     if op.name == "release":
         kind = _release_kind(op)
-        return None if kind is None else _Mapped(block, kind, settled)
+        # A release that returned with its block still RELEASING (a reset worker offers it
+        # later) puts the block back at some time after its call, not within it.
+        deferred = bool(op.observed and op.observed.get("deferred"))
+        return None if kind is None else _Mapped(block, kind, settled and not deferred)
     if op.name == "retain":
         return _Mapped(block, Kind.RETAIN if op.outcome == "ok" else Kind.MAYBE_RETAIN, settled)
     # mark_in_use changes no count: only a successful one says something (the block was held).

@@ -67,6 +67,10 @@ from kvstress.mutants._mutants_ordinary import (
     AsyncioSemaphoreUnusedReleasePool as AsyncioSemaphoreUnusedReleasePool,
 )
 from kvstress.mutants._mutants_ordinary import AsyncPollingUncappedPool as AsyncPollingUncappedPool
+from kvstress.mutants._mutants_ordinary import (
+    DeferredResetOfferFirstTaskPool as DeferredResetOfferFirstTaskPool,
+)
+from kvstress.mutants._mutants_ordinary import DeferredResetSilentOfferPool as DeferredResetSilentOfferPool
 from kvstress.mutants._mutants_ordinary import HousekeepingReaperPool as HousekeepingReaperPool
 from kvstress.mutants._mutants_ordinary import ThreadConditionIfNotWhilePool as ThreadConditionIfNotWhilePool
 from kvstress.mutants._mutants_ordinary import (
@@ -110,6 +114,8 @@ from kvstress.mutants._ordinary_asyncio import AsyncioQueuePool as AsyncioQueueP
 from kvstress.mutants._ordinary_asyncio import AsyncioSemaphorePool as AsyncioSemaphorePool
 from kvstress.mutants._ordinary_background import AsyncPollingPool as AsyncPollingPool
 from kvstress.mutants._ordinary_background import BackgroundTaskPool as BackgroundTaskPool
+from kvstress.mutants._ordinary_background import DeferredResetTaskPool as DeferredResetTaskPool
+from kvstress.mutants._ordinary_background import DeferredResetThreadPool as DeferredResetThreadPool
 from kvstress.mutants._ordinary_background import HousekeepingThreadPool as HousekeepingThreadPool
 from kvstress.mutants._ordinary_threads import ThreadConditionPool as ThreadConditionPool
 from kvstress.mutants._ordinary_threads import ThreadModuleConditionPool as ThreadModuleConditionPool

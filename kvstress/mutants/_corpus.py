@@ -53,6 +53,8 @@ from kvstress.mutants._mutants_ordinary import (
     AsyncioSemaphoreTakeThenYieldPool,
     AsyncioSemaphoreUnusedReleasePool,
     AsyncPollingUncappedPool,
+    DeferredResetOfferFirstTaskPool,
+    DeferredResetSilentOfferPool,
     HousekeepingReaperPool,
     ThreadConditionIfNotWhilePool,
     ThreadPollingUnlockedCheckPool,
@@ -95,7 +97,13 @@ from kvstress.mutants._ordinary_asyncio import (
     AsyncioQueuePool,
     AsyncioSemaphorePool,
 )
-from kvstress.mutants._ordinary_background import AsyncPollingPool, BackgroundTaskPool, HousekeepingThreadPool
+from kvstress.mutants._ordinary_background import (
+    AsyncPollingPool,
+    BackgroundTaskPool,
+    DeferredResetTaskPool,
+    DeferredResetThreadPool,
+    HousekeepingThreadPool,
+)
 from kvstress.mutants._ordinary_threads import (
     ThreadConditionPool,
     ThreadModuleConditionPool,
@@ -115,6 +123,7 @@ ORDINARY_POOLS: tuple[type, ...] = (
     AsyncioModuleConditionPool,
     AsyncioLockEventPool,
     BackgroundTaskPool,
+    DeferredResetTaskPool,
     # anyio (asyncio and trio)
     AnyioSemaphorePool,
     AnyioCapacityLimiterPool,
@@ -132,6 +141,7 @@ ORDINARY_POOLS: tuple[type, ...] = (
     ThreadQueuePool,
     ThreadPollingPool,
     HousekeepingThreadPool,
+    DeferredResetThreadPool,
 )
 """Correct pools written the way developers write them, each on one standard primitive."""
 
@@ -219,6 +229,8 @@ MUTANTS: tuple[type, ...] = (
     ThreadQueuePutBeforeResetPool,
     ThreadPollingUnlockedCheckPool,
     HousekeepingReaperPool,
+    DeferredResetSilentOfferPool,
+    DeferredResetOfferFirstTaskPool,
     AsyncPollingUncappedPool,
     # acquire_many (CondvarBatchPool, AsyncFifoBatchPool)
     BatchPartialGrantLeakPool,

@@ -8,6 +8,7 @@ offer before the reset, a housekeeper that reclaims what is still in use.
 from __future__ import annotations
 
 import asyncio
+import queue
 import time
 
 import anyio
@@ -26,7 +27,12 @@ from kvstress.mutants._ordinary_asyncio import (
     AsyncioQueuePool,
     AsyncioSemaphorePool,
 )
-from kvstress.mutants._ordinary_background import AsyncPollingPool, HousekeepingThreadPool
+from kvstress.mutants._ordinary_background import (
+    AsyncPollingPool,
+    DeferredResetTaskPool,
+    DeferredResetThreadPool,
+    HousekeepingThreadPool,
+)
 from kvstress.mutants._ordinary_threads import (
     ThreadConditionPool,
     ThreadPollingPool,
@@ -36,6 +42,7 @@ from kvstress.mutants._ordinary_threads import (
 from kvstress.mutants._ordinary_trio import TrioCapacityLimiterPool, TrioChannelPool, TrioSemaphorePool
 
 # -- asyncio ----------------------------------------------------------------------------------
+from kvstress.pool._state import BlockState
 
 
 class AsyncioSemaphoreTakeThenYieldPool(AsyncioSemaphorePool):
@@ -388,6 +395,43 @@ class ThreadPollingUnlockedCheckPool(ThreadPollingPool):
                 return None
             time.sleep(park if deadline is None else min(park, deadline - now))
             park = min(park * 2, self.backoff_bound)
+
+
+class DeferredResetSilentOfferPool(DeferredResetThreadPool):
+    """The reset thread queues the block but does not notify ("the waiters poll anyway"; they
+    do not): a waiter sleeps out its timeout beside a free block."""
+
+    expected = ("lost-wakeup", "timeout-late")
+
+    def _reset_loop(self) -> None:
+        while True:
+            try:
+                block = self._resets.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self._cond:
+                    if self._resetting == 0:
+                        self._worker = None
+                        return
+                continue
+            self._reset(block)
+            with self._cond:
+                self._resetting -= 1
+                self._free.append(block)  # BUG: no notify
+
+
+class DeferredResetOfferFirstTaskPool(DeferredResetTaskPool):
+    """The reset task offers the block first and zeroes it once "the device is done" (one turn
+    of the loop later): a waiter woken by the offer takes the block with the last tenant's data."""
+
+    expected = ("dirty-read",)
+
+    async def _reset_and_offer(self, block: Block) -> None:
+        async with self._cond:
+            block.state = BlockState.FREE
+            self._free.append(block)  # BUG: offered before it is zeroed
+            self._cond.notify()
+        await asyncio.sleep(0)
+        block.data.zero_()
 
 
 class HousekeepingReaperPool(HousekeepingThreadPool):

@@ -3,11 +3,17 @@
 An async pool that polls with capped exponential backoff, and two pools with housekeeping (as
 HikariCP has): a daemon thread, and an asyncio task, that wake every 30 s to note blocks held
 too long. Their timed waits are the pool's own business, never a hang of the caller's.
+
+And two pools whose release hands the reset to a worker (a thread, a task), as a GPU pool hands
+it to a stream: ``release`` returns True with the block still RELEASING, and the worker zeroes
+it and offers it a moment later. Nothing in the protocol asks a pool to be back at rest when
+``release`` returns; only that the block is zeroed before it is offered, and offered soon.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -133,3 +139,71 @@ class BackgroundTaskPool(AsyncioConditionPool):
             await asyncio.sleep(HOUSEKEEPING_PERIOD_S)
             now = loop.time()
             self.suspected_leaks = {i for i, t in self._taken_at.items() if now - t > LEAK_THRESHOLD_S}
+
+
+class DeferredResetThreadPool(ThreadConditionPool):
+    """A Condition pool whose release queues the block for a reset thread and returns: the
+    thread zeroes it, then offers it under the lock and notifies. The thread starts with the
+    first release and retires once it has been idle for ``IDLE_S`` (a pool that is dropped
+    leaves no thread behind), deciding so under the lock from its count of blocks handed over
+    and not yet offered; ``_resets`` is a plain ``queue.SimpleQueue``."""
+
+    IDLE_S = 0.05
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._resets: queue.SimpleQueue[Block] = queue.SimpleQueue()
+        self._resetting = 0  # blocks handed to the reset thread and not offered yet
+        self._worker: threading.Thread | None = None
+
+    def release(self, block: Block) -> bool:
+        """One reference less; at the last, hand the block to the reset thread."""
+        with self._cond:
+            if not self._last_reference(block):
+                return False
+            self._resetting += 1
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._reset_loop, name="pool-reset", daemon=True)
+                self._worker.start()
+        self._resets.put(block)
+        return True
+
+    def _reset_loop(self) -> None:
+        while True:
+            try:
+                block = self._resets.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self._cond:
+                    if self._resetting == 0:
+                        self._worker = None  # the next release starts another
+                        return
+                continue
+            self._reset(block)  # zeroed, then FREE: before anyone can take it
+            with self._cond:
+                self._resetting -= 1
+                self._free.append(block)
+                self._cond.notify()
+
+
+class DeferredResetTaskPool(AsyncioConditionPool):
+    """An asyncio Condition pool whose release schedules the reset as a task and returns: the
+    task zeroes the block and offers it under the condition."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._resets: set[asyncio.Task[None]] = set()  # a task needs a reference until it is done
+
+    async def release(self, block: Block) -> bool:
+        """One reference less; at the last, schedule the block's reset and offer."""
+        if not self._last_reference(block):
+            return False
+        task = asyncio.get_running_loop().create_task(self._reset_and_offer(block))
+        self._resets.add(task)
+        task.add_done_callback(self._resets.discard)
+        return True
+
+    async def _reset_and_offer(self, block: Block) -> None:
+        async with self._cond:
+            self._reset(block)
+            self._free.append(block)
+            self._cond.notify()
