@@ -13,7 +13,7 @@ import inspect
 import queue
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -299,3 +299,76 @@ def test_threads_parked_on_one_condition_unwind_quietly_when_the_run_ends() -> N
 
     for seed in range(5):
         assert run_threads(main, RandomScheduler(seed=seed), modules=[__name__]) == "done"
+
+
+# -- handles whose fields are the pool's own code ------------------------------------------------
+
+
+class _Lease:
+    """A per-tenancy handle whose state and refcount are properties: reading them runs the
+    pool's code, where a controlled run can switch threads."""
+
+    reads: ClassVar[list[tuple[str, ...]]] = []
+    probe: ClassVar[Any] = None
+
+    def __init__(self, block: Any) -> None:
+        self._block, self.id, self.data = block, block.id, block.data
+
+    @property
+    def state(self) -> Any:
+        return self._block.state
+
+    @property
+    def refcount(self) -> int:
+        if _Lease.probe is not None:
+            _Lease.reads.append(_Lease.probe())
+        return int(self._block.refcount)
+
+
+class LeasePool:
+    """ThreadConditionPool's blocks behind a fresh lease per tenancy."""
+
+    def __init__(self, num_blocks: int, block_shape: Any, **options: Any) -> None:
+        self._pool = kvstress.mutants.ThreadConditionPool(num_blocks, block_shape, **options)
+        self.num_blocks = num_blocks
+        self._leases: dict[int, _Lease] = {}
+
+    def acquire(self, timeout: float | None = None) -> _Lease | None:
+        block = self._pool.acquire(timeout)
+        if block is None:
+            return None
+        lease = self._leases[block.id] = _Lease(block)
+        return lease
+
+    def mark_in_use(self, lease: _Lease) -> None:
+        self._pool.mark_in_use(lease._block)
+
+    def retain(self, lease: _Lease) -> None:
+        self._pool.retain(lease._block)
+
+    def release(self, lease: _Lease) -> bool:
+        return self._pool.release(lease._block)
+
+    def free_count(self) -> int:
+        return self._pool.free_count()
+
+    def free_ids(self) -> list[int]:
+        return self._pool.free_ids()
+
+
+def test_a_share_reads_the_refcount_before_the_peer_may_release() -> None:
+    """After a retain, the harness reads the refcount before its ledger gives the peer the
+    reference: a handle property is pool code, where the peer could otherwise run, release its
+    share, and be blamed as a lost refcount update (a false ``refcount`` finding on this pool
+    under PCT before)."""
+    driver = PoolDriver(LeasePool, num_blocks=2)
+    try:
+        block = driver.acquire("h0", 0)
+        assert block is not None
+        _Lease.reads.clear()
+        _Lease.probe = lambda: driver.ledger.holders_of(block)
+        driver.share("h0", block, "h1")
+        assert _Lease.reads and all("h1" not in holders for holders in _Lease.reads), _Lease.reads
+    finally:
+        _Lease.probe = None
+        driver.close()

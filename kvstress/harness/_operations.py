@@ -131,13 +131,16 @@ class Operations:
         index = self.history.begin(holder, "retain", {"block": block_id, "for": to_holder}, self._stamp())
         await self._call(index, "retain", self.pool.retain, handle)
         self.history.end(index, self._stamp(), "ok")
+        # Read before the ledger hands the reference over: reading may run the pool's code (a
+        # property), where another thread can run, and the peer must not release it before.
+        refcount = self._refcount(handle)
         tenancy = self.ledger.share(block_id, to_holder)
         if self.sequential:
-            checkers.check_refcount(block_id, self._refcount(handle), tenancy.total_refs, "retain")
+            checkers.check_refcount(block_id, refcount, tenancy.total_refs, "retain")
         else:
             # Others may release their references meanwhile, but not the two this retain is
-            # about: the caller's own and the one just handed over (the ledger has it now).
-            checkers.check_refcount_at_least(block_id, self._refcount(handle), 2, f"a retain by {holder}")
+            # about: the caller's own and the one just handed over (not in the ledger yet).
+            checkers.check_refcount_at_least(block_id, refcount, 2, f"a retain by {holder}")
         # Only now may the peer run with its reference (and release it): the checks above read
         # a refcount that its release would lower.
         self._handed(to_holder).set()
