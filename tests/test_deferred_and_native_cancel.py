@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import queue
 import threading
 import time
 from typing import Any, ClassVar
@@ -106,24 +105,14 @@ class DroppingResetPool(DeferredResetThreadPool):
         self._handed = 0
 
     def _reset_loop(self) -> None:
-        while True:
-            try:
-                block = self._resets.get(timeout=self.IDLE_S)
-            except queue.Empty:
-                with self._cond:
-                    if self._resetting == 0:
-                        self._worker = None
-                        return
-                continue
+        while (block := self._next_reset()) is not None:
             self._handed += 1
-            with self._cond:
-                self._resetting -= 1
             if self._handed % 2 == 0:
-                continue  # BUG: dropped
+                with self._cond:
+                    self._resetting -= 1
+                continue  # BUG: dropped, still RELEASING
             self._reset(block)
-            with self._cond:
-                self._free.append(block)
-                self._cond.notify()
+            self._offer(block)
 
 
 def test_a_block_a_deferring_pool_never_offers_is_lost() -> None:

@@ -8,7 +8,6 @@ offer before the reset, a housekeeper that reclaims what is still in use.
 from __future__ import annotations
 
 import asyncio
-import queue
 import time
 
 import anyio
@@ -403,20 +402,10 @@ class DeferredResetSilentOfferPool(DeferredResetThreadPool):
 
     expected = ("lost-wakeup", "timeout-late")
 
-    def _reset_loop(self) -> None:
-        while True:
-            try:
-                block = self._resets.get(timeout=self.IDLE_S)
-            except queue.Empty:
-                with self._cond:
-                    if self._resetting == 0:
-                        self._worker = None
-                        return
-                continue
-            self._reset(block)
-            with self._cond:
-                self._resetting -= 1
-                self._free.append(block)  # BUG: no notify
+    def _offer(self, block: Block) -> None:
+        with self._cond:
+            self._resetting -= 1
+            self._free.append(block)  # BUG: no notify
 
 
 class DeferredResetOfferFirstTaskPool(DeferredResetTaskPool):

@@ -169,20 +169,27 @@ class DeferredResetThreadPool(ThreadConditionPool):
         return True
 
     def _reset_loop(self) -> None:
+        while (block := self._next_reset()) is not None:
+            self._reset(block)  # zeroed, then FREE: before anyone can take it
+            self._offer(block)
+
+    def _next_reset(self) -> Block | None:
+        """The next block handed over; None once the thread has been idle for ``IDLE_S`` with
+        nothing outstanding (it retires, and the next release starts another)."""
         while True:
             try:
-                block = self._resets.get(timeout=self.IDLE_S)
+                return self._resets.get(timeout=self.IDLE_S)
             except queue.Empty:
                 with self._cond:
                     if self._resetting == 0:
-                        self._worker = None  # the next release starts another
-                        return
-                continue
-            self._reset(block)  # zeroed, then FREE: before anyone can take it
-            with self._cond:
-                self._resetting -= 1
-                self._free.append(block)
-                self._cond.notify()
+                        self._worker = None
+                        return None
+
+    def _offer(self, block: Block) -> None:
+        with self._cond:
+            self._resetting -= 1
+            self._free.append(block)
+            self._cond.notify()
 
 
 class DeferredResetTaskPool(AsyncioConditionPool):
