@@ -177,9 +177,16 @@ class Operations:
     ) -> None:
         """A release cancelled before it took effect leaves the reference with its holder; one
         cancelled after took it. A block left half-released (RELEASING, neither held nor
-        queued) is what the quiet check then reports."""
+        queued) is what the quiet check then reports.
+
+        Untouched means the block still looks as this tenancy left it (held, in the state it
+        was marked to, the same refcount) and no one else's tenancy of it has begun: a pool may
+        offer the block before the cancellation lands (at an await after the offer), and a
+        peer that took it meanwhile holds a block that looks held by one reference too."""
         with contextlib.suppress(Exception):
-            untouched = self._state(handle) in (BlockState.ACQUIRED, BlockState.IN_USE)
+            expected = BlockState.IN_USE if tenancy.marked else BlockState.ACQUIRED
+            current = self.ledger.open.get(tenancy.block_id)
+            untouched = self._state(handle) is expected and current in (None, tenancy)
             if untouched and self._refcount(handle) == refs_before:
                 self.ledger.undo_give_up(holder, tenancy)
                 return

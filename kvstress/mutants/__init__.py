@@ -124,6 +124,7 @@ from kvstress.mutants._ordinary_threads import ThreadQueuePool as ThreadQueuePoo
 from kvstress.mutants._ordinary_threads import ThreadSemaphorePool as ThreadSemaphorePool
 from kvstress.mutants._ordinary_trio import TrioCapacityLimiterPool as TrioCapacityLimiterPool
 from kvstress.mutants._ordinary_trio import TrioChannelPool as TrioChannelPool
+from kvstress.mutants._ordinary_trio import TrioConditionPool as TrioConditionPool
 from kvstress.mutants._ordinary_trio import TrioSemaphorePool as TrioSemaphorePool
 from kvstress.mutants._polling_pool import PollingCasPool as PollingCasPool
 from kvstress.mutants._sharded_pool import ShardedPool as ShardedPool

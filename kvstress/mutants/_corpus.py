@@ -111,7 +111,12 @@ from kvstress.mutants._ordinary_threads import (
     ThreadQueuePool,
     ThreadSemaphorePool,
 )
-from kvstress.mutants._ordinary_trio import TrioCapacityLimiterPool, TrioChannelPool, TrioSemaphorePool
+from kvstress.mutants._ordinary_trio import (
+    TrioCapacityLimiterPool,
+    TrioChannelPool,
+    TrioConditionPool,
+    TrioSemaphorePool,
+)
 from kvstress.mutants._polling_pool import PollingCasPool
 from kvstress.mutants._sharded_pool import ShardedPool
 
@@ -134,6 +139,7 @@ ORDINARY_POOLS: tuple[type, ...] = (
     TrioSemaphorePool,
     TrioCapacityLimiterPool,
     TrioChannelPool,
+    TrioConditionPool,
     # threading and queue
     ThreadSemaphorePool,
     ThreadConditionPool,

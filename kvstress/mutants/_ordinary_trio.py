@@ -1,7 +1,7 @@
 """Correct async pools written the ordinary way on trio's own primitives (trio only).
 
-A Semaphore and a deque, a CapacityLimiter and a deque, and a memory channel whose buffer
-holds the free blocks. trio's primitives are fair: a release hands its unit straight to the
+A Semaphore and a deque, a CapacityLimiter and a deque, a memory channel whose buffer holds
+the free blocks, and a Condition over a deque. trio's primitives are fair: a release hands its unit straight to the
 first waiter. Timeouts are ``trio.move_on_after`` on trio's clock; 0 tries once.
 """
 
@@ -137,3 +137,39 @@ class TrioChannelPool(BlockLedger):
     def free_count(self) -> int:
         """Blocks in the channel's buffer."""
         return self._receive.statistics().current_buffer_used
+
+
+class TrioConditionPool(BlockLedger):
+    """A deque under a ``trio.Condition``: a waiter waits on it until the deque has a block;
+    release queues the block, then takes the condition's lock to notify one waiter (so the
+    block is on offer before release returns, and the lock's checkpoint may cancel a release
+    that already took effect)."""
+
+    backoff_bound = 0.0
+    backends = ("trio",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cond = trio.Condition()
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        """A free block, or None after ``timeout`` seconds (0: try once)."""
+        timeout = seconds(timeout)
+        async with self._cond:
+            if not self._free and timeout != 0:
+                with trio.move_on_after(math.inf if timeout is None else timeout):
+                    while not self._free:
+                        await self._cond.wait()
+            if not self._free:
+                return None
+            return self._taken(self._free.popleft())
+
+    async def release(self, block: Block) -> bool:
+        """One reference less; at the last, reset, queue, then notify one waiter."""
+        if not self._last_reference(block):
+            return False
+        self._reset(block)
+        self._free.append(block)
+        async with self._cond:
+            self._cond.notify()
+        return True
