@@ -26,6 +26,7 @@ from kvstress.mutants import (
     DeferredResetSilentOfferPool,
     DeferredResetTaskPool,
     DeferredResetThreadPool,
+    ThreadConditionPool,
     TrioConditionPool,
 )
 from kvstress.scenarios import ScenarioConfig, search
@@ -377,3 +378,45 @@ def test_a_share_reads_the_refcount_before_the_peer_may_release() -> None:
     finally:
         _Lease.probe = None
         driver.close()
+
+
+# -- explored tests of code that imports its pool ------------------------------------------------
+
+
+def _three_workers(pool: Any, rounds: int = 2) -> None:
+    """Three threads share two blocks; each waits up to 1 s for one: never in vain."""
+
+    def worker() -> None:
+        for _ in range(rounds):
+            block = pool.acquire(1.0)
+            assert block is not None, "acquire(1.0) gave up on a pool whose blocks all come back"
+            pool.mark_in_use(block)
+            pool.release(block)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def test_an_explored_thread_test_makes_the_pool_it_imports_cooperative() -> None:
+    """The pool's class comes from another module, not named in ``modules``: its Condition,
+    made while the test runs, is still the baton's (a real one held the baton while its waiter
+    waited out the timeout alone: acquire answered None at schedule 12)."""
+    kvstress.explore(
+        lambda: _three_workers(ThreadConditionPool(2, (2, 4))), schedules=150, strategy="pct", seed=1
+    )
+
+
+def test_an_audited_deferring_pool_passes_an_explored_thread_test() -> None:
+    """The audit's quiet points read a pool whose reset thread may be offering a block right
+    then: the block counts as on its way back, and the counter is judged only at rest (a false
+    ``lost-block``, then ``counter-mismatch``, within 12 schedules before)."""
+
+    def body() -> None:
+        pool = kvstress.audit(DeferredResetThreadPool(2, (2, 4)))
+        _three_workers(pool)
+        pool.close()
+
+    kvstress.explore(body, schedules=300, strategy="pct", seed=1)

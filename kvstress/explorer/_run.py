@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import inspect
+import sys
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -54,6 +55,58 @@ def is_async(fn: Callable[..., Any]) -> bool:
 def thread_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[types.ModuleType, ...]:
     """The modules a threaded ``fn`` is traced in: its own, the given ones, and the pools'."""
     return resolve_modules((underlying(fn), *modules, *POOL_MODULES))
+
+
+# Top-level packages never made cooperative on the test's behalf: the harness and the libraries
+# it stands on (their locks guard their own machinery, shared with threads outside the baton).
+_INFRASTRUCTURE = frozenset(
+    {
+        "kvstress", "_pytest", "pytest", "pluggy", "xdist", "execnet", "pytest_asyncio", "anyio",
+        "sniffio", "trio", "outcome", "hypothesis", "torch", "numpy", "structlog", "rich",
+    }
+)  # fmt: skip
+_THREAD_API = frozenset({"threading", "queue", "_thread", "concurrent.futures"})
+
+
+def used_modules(fn: Callable[..., Any], known: Iterable[types.ModuleType]) -> tuple[types.ModuleType, ...]:
+    """The modules of what a threaded test's module refers to (its imported classes, functions
+    and modules, with their classes' bases) that use ``threading`` or ``queue`` themselves: a
+    pool or a serving loop the test imports from the user's own package. They are made
+    cooperative (not traced) for the run, so the locks and conditions their code makes while the
+    test runs are the baton's: a thread waiting on a real one would hold the baton and wait out
+    its timeout alone, and a correct pool would answer None. The standard library, the harness
+    and the libraries it stands on are left alone (``kvstress.mutants`` is a pool like any)."""
+    seen = {module.__name__ for module in known}
+    found: dict[str, types.ModuleType] = {}
+    for value in list(vars(inspect.getmodule(underlying(fn)) or types.ModuleType("_")).values()):
+        if isinstance(value, types.ModuleType):
+            candidates = [value]
+        elif isinstance(value, type) or inspect.isfunction(value):
+            try:
+                candidates = list(resolve_modules([value]))
+            except ValueError:
+                continue
+        else:
+            continue
+        for module in candidates:
+            name = module.__name__
+            top = name.partition(".")[0]
+            if name in seen or name in found or top in sys.stdlib_module_names:
+                continue
+            if top in _INFRASTRUCTURE and not name.startswith("kvstress.mutants"):
+                continue
+            if _uses_threads(module):
+                found[name] = module
+    return tuple(found.values())
+
+
+def _uses_threads(module: types.ModuleType) -> bool:
+    for value in list(vars(module).values()):
+        if isinstance(value, types.ModuleType) and value.__name__ in _THREAD_API:
+            return True
+        if isinstance(value, type) and value.__module__ in _THREAD_API:
+            return True
+    return False
 
 
 def executor_modules() -> tuple[types.ModuleType, ...]:
@@ -106,7 +159,7 @@ def search(
     resolved = thread_modules(fn, modules)
     files = source_files(resolved)
     plain = functools.partial(_not_awaitable, fn)
-    with cooperative((*resolved, *executor_modules())):
+    with cooperative((*resolved, *used_modules(fn, resolved), *executor_modules())):
         once = lambda: ThreadController(scheduler, trace_files=files).run(plain)  # noqa: E731
         return _loop(once, scheduler, limit, failure_types)
 

@@ -1,8 +1,8 @@
 """Correct async pools written the ordinary way on trio's own primitives (trio only).
 
 A Semaphore and a deque, a CapacityLimiter and a deque, a memory channel whose buffer holds
-the free blocks, and a Condition over a deque. trio's primitives are fair: a release hands its unit straight to the
-first waiter. Timeouts are ``trio.move_on_after`` on trio's clock; 0 tries once.
+the free blocks, and a Condition over a deque. trio's primitives are fair: a release hands its
+unit straight to the first waiter. Timeouts are ``trio.move_on_after`` on trio's clock; 0 tries once.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from typing import Any, Literal
 import pytest
 
 from kvstress.controlled._patch import cooperative
-from kvstress.explorer._run import executor_modules, is_async, thread_modules
+from kvstress.explorer._run import executor_modules, is_async, thread_modules, used_modules
 from kvstress.schedulers import Scheduler
 
 SECTION = "kvstress explore"
@@ -227,5 +227,5 @@ def _patched(item: pytest.Function, run: Run) -> Iterator[None]:
     except ValueError:
         yield  # the call reports the bad ``modules`` argument
         return
-    with cooperative((*modules, *executor_modules())):
+    with cooperative((*modules, *used_modules(item.obj, modules), *executor_modules())):
         yield
