@@ -22,6 +22,7 @@ from kvstress.harness._scenarios import TaskCancel, speaks_anyio
 from kvstress.mutants import (
     AnyioConditionPool,
     AsyncioConditionPool,
+    AsyncioModuleConditionPool,
     DeferredResetOfferFirstTaskPool,
     DeferredResetSilentOfferPool,
     DeferredResetTaskPool,
@@ -420,3 +421,23 @@ def test_an_audited_deferring_pool_passes_an_explored_thread_test() -> None:
         pool.close()
 
     kvstress.explore(body, schedules=300, strategy="pct", seed=1)
+
+
+def test_an_explored_async_test_gives_an_imported_pools_module_fresh_primitives() -> None:
+    """The pool's module made its ``asyncio.Condition`` at import, and the module is not named
+    in ``modules``: each schedule's loop still gets a fresh copy (schedule 2 failed with "bound
+    to a different event loop" before)."""
+
+    async def body() -> None:
+        pool = AsyncioModuleConditionPool(2, (2, 4))
+
+        async def worker() -> None:
+            for _ in range(2):
+                block = await pool.acquire(1.0)
+                assert block is not None
+                await asyncio.sleep(0.01)  # held while the others wait on the condition
+                await pool.release(block)
+
+        await asyncio.gather(worker(), worker(), worker())
+
+    kvstress.explore(body, schedules=50, strategy="random", seed=2)

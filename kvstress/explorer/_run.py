@@ -65,17 +65,23 @@ _INFRASTRUCTURE = frozenset(
         "sniffio", "trio", "outcome", "hypothesis", "torch", "numpy", "structlog", "rich",
     }
 )  # fmt: skip
-_THREAD_API = frozenset({"threading", "queue", "_thread", "concurrent.futures"})
+THREAD_API = frozenset({"threading", "queue", "_thread", "concurrent.futures"})
+ASYNC_API = frozenset({"asyncio"})
 
 
-def used_modules(fn: Callable[..., Any], known: Iterable[types.ModuleType]) -> tuple[types.ModuleType, ...]:
-    """The modules of what a threaded test's module refers to (its imported classes, functions
-    and modules, with their classes' bases) that use ``threading`` or ``queue`` themselves: a
-    pool or a serving loop the test imports from the user's own package. They are made
-    cooperative (not traced) for the run, so the locks and conditions their code makes while the
-    test runs are the baton's: a thread waiting on a real one would hold the baton and wait out
-    its timeout alone, and a correct pool would answer None. The standard library, the harness
-    and the libraries it stands on are left alone (``kvstress.mutants`` is a pool like any)."""
+def used_modules(
+    fn: Callable[..., Any], known: Iterable[types.ModuleType], api: frozenset[str] = THREAD_API
+) -> tuple[types.ModuleType, ...]:
+    """The modules of what a test's module refers to (its imported classes, functions and
+    modules, with their classes' bases) that use ``api`` themselves: a pool or a serving loop
+    the test imports from the user's own package. The standard library, the harness and the
+    libraries it stands on are left alone (``kvstress.mutants`` is a pool like any).
+
+    For a threaded test they are made cooperative (not traced), so the locks and conditions
+    their code makes while the test runs are the baton's: a thread waiting on a real one would
+    hold the baton and wait out its timeout alone, and a correct pool would answer None. For an
+    async test (``ASYNC_API``) the asyncio primitives they made at import get fresh copies for
+    each schedule's loop, as the test's own module's do."""
     seen = {module.__name__ for module in known}
     found: dict[str, types.ModuleType] = {}
     for value in list(vars(inspect.getmodule(underlying(fn)) or types.ModuleType("_")).values()):
@@ -95,16 +101,21 @@ def used_modules(fn: Callable[..., Any], known: Iterable[types.ModuleType]) -> t
                 continue
             if top in _INFRASTRUCTURE and not name.startswith("kvstress.mutants"):
                 continue
-            if _uses_threads(module):
+            if _uses(module, api):
                 found[name] = module
     return tuple(found.values())
 
 
-def _uses_threads(module: types.ModuleType) -> bool:
+def _uses(module: types.ModuleType, api: frozenset[str]) -> bool:
+    """Whether ``module`` imports one of the ``api`` modules, or a class from one."""
     for value in list(vars(module).values()):
-        if isinstance(value, types.ModuleType) and value.__name__ in _THREAD_API:
-            return True
-        if isinstance(value, type) and value.__module__ in _THREAD_API:
+        if isinstance(value, types.ModuleType):
+            name = value.__name__
+        elif isinstance(value, type):
+            name = value.__module__
+        else:
+            continue
+        if any(name == part or name.startswith(part + ".") for part in api):
             return True
     return False
 
@@ -148,14 +159,20 @@ def search(
     """
     if is_async(fn):
         if check_backend(backend) == "trio":
-            once: Callable[[], object] = lambda: _trio_once(fn, scheduler)  # noqa: E731
+            run: Callable[[], object] = lambda: _trio_once(fn, scheduler)  # noqa: E731
         else:
-            once = lambda: run_controlled(fn, scheduler)  # noqa: E731
+            run = lambda: run_controlled(fn, scheduler)  # noqa: E731
         # The test's own clock reads are the loop's, as they are on a real loop (loop.time() is
         # time.monotonic()): a deadline on time.monotonic then comes with the virtual sleeps.
         clocked = resolve_modules((underlying(fn), *modules))
-        with loop_clock(clocked, fresh_primitives=True):  # each schedule on a loop of its own
-            return _loop(once, scheduler, limit, failure_types)
+        clocked += used_modules(fn, clocked, ASYNC_API)
+
+        def once() -> object:
+            # Fresh asyncio primitives for each schedule: each runs on a loop of its own.
+            with loop_clock(clocked, fresh_primitives=True):
+                return run()
+
+        return _loop(once, scheduler, limit, failure_types)
     resolved = thread_modules(fn, modules)
     files = source_files(resolved)
     plain = functools.partial(_not_awaitable, fn)
