@@ -140,6 +140,23 @@ def _loaded(name: str) -> types.ModuleType | None:
     return None
 
 
+def uses_api(module: types.ModuleType, api: frozenset[str]) -> bool:
+    """Whether ``module`` imports one of the ``api`` modules (or a submodule of one), or anything
+    defined in one (a class, a function): what its code may make or call while it runs."""
+    for value in list(vars(module).values()):
+        name: object
+        if isinstance(value, types.ModuleType):
+            name = value.__name__
+        else:
+            try:
+                name = getattr(value, "__module__", None)
+            except Exception:  # an object whose attributes raise names no module
+                continue
+        if isinstance(name, str) and (name in api or name.partition(".")[0] in api):
+            return True
+    return False
+
+
 def source_files(modules: Iterable[types.ModuleType]) -> frozenset[str]:
     """The source files of ``modules`` (the names the trace hook sees), skipping built-ins."""
     return frozenset(f for m in modules if (f := getattr(m, "__file__", None)) and f.endswith(".py"))

@@ -18,7 +18,7 @@ from typing import Any
 
 from kvstress.controlled import SchedulerExhausted, SchedulerMisbehaved, run_controlled
 from kvstress.controlled._baton import ThreadController
-from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files
+from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files, uses_api
 from kvstress.schedulers import Schedule, ScheduleDivergence, Scheduler
 
 # The pools' own modules are always cooperative on the baton: their locks must be the baton's,
@@ -65,7 +65,7 @@ _INFRASTRUCTURE = frozenset(
         "sniffio", "trio", "outcome", "hypothesis", "torch", "numpy", "structlog", "rich",
     }
 )  # fmt: skip
-THREAD_API = frozenset({"threading", "queue", "_thread", "concurrent.futures"})
+THREAD_API = frozenset({"threading", "queue", "_thread", "concurrent"})
 ASYNC_API = frozenset({"asyncio"})
 
 
@@ -101,23 +101,9 @@ def used_modules(
                 continue
             if top in _INFRASTRUCTURE and not name.startswith("kvstress.mutants"):
                 continue
-            if _uses(module, api):
+            if uses_api(module, api):
                 found[name] = module
     return tuple(found.values())
-
-
-def _uses(module: types.ModuleType, api: frozenset[str]) -> bool:
-    """Whether ``module`` imports one of the ``api`` modules, or a class from one."""
-    for value in list(vars(module).values()):
-        if isinstance(value, types.ModuleType):
-            name = value.__name__
-        elif isinstance(value, type):
-            name = value.__module__
-        else:
-            continue
-        if any(name == part or name.startswith(part + ".") for part in api):
-            return True
-    return False
 
 
 def executor_modules() -> tuple[types.ModuleType, ...]:

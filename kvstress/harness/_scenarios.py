@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import threading
 import time
-import types
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -14,7 +13,7 @@ import anyio
 
 from kvstress import checkers
 from kvstress._violation import InvariantViolation
-from kvstress.controlled._patch import resolve_modules
+from kvstress.controlled._patch import resolve_modules, uses_api
 from kvstress.harness._batch_ops import BatchOperations
 from kvstress.harness._runner import CallHung, run_to_completion
 
@@ -336,18 +335,10 @@ _SPEAKS_ANYIO: dict[type, bool] = {}
 
 
 def _speaks_anyio(cls: type) -> bool:
-    for module in resolve_modules([cls]):
-        for value in list(vars(module).values()):
-            if isinstance(value, types.ModuleType):
-                name = value.__name__
-            else:
-                try:
-                    name = getattr(value, "__module__", None) or ""
-                except Exception:  # an object whose attributes raise names no framework
-                    continue
-            if isinstance(name, str) and name.partition(".")[0] in ("anyio", "trio"):
-                return True
-    return False
+    return any(uses_api(module, _CANCEL_SCOPE_APIS) for module in resolve_modules([cls]))
+
+
+_CANCEL_SCOPE_APIS = frozenset({"anyio", "trio"})
 
 
 class _NoScope:
