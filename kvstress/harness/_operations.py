@@ -254,8 +254,11 @@ class Operations:
         return self.backoff_bound + self.timing.slack_now() + self.timing.settle
 
     async def op_settle(self) -> None:
-        """Let a pool that finishes releases after they return come to rest (bounded), so that
-        what is read next is its settled state; one read for a pool already at rest."""
+        """Let a pool that finishes releases after they return (``deferring``) come to rest,
+        bounded, so that what is read next is its settled state. Nothing, and nothing in the
+        history, for any other pool (a try-once it refuses settles it then: _excused_refusal)."""
+        if not self.deferring:
+            return
         index = self.history.begin("harness", "settle", {}, self._stamp())
         _, free_ids = await self._settled(index)
         self.history.end(index, self._stamp(), "ok", {"free_ids": free_ids})
@@ -263,8 +266,7 @@ class Operations:
     async def op_double_release(self, holder: str, block_id: int) -> None:
         """Release a block nobody holds: False, and the queue and counter unchanged."""
         handle = self.ledger.handles[block_id]
-        if self.deferring:
-            await self.op_settle()
+        await self.op_settle()
         before = (self.pool.free_count(), list(self.pool.free_ids()))
         self._count_release()
         index = self.history.begin(holder, "release", {"block": block_id, "double": True}, self._stamp())
