@@ -29,6 +29,10 @@ from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import LoopThread, Suspensions, ThreadWorker
 from kvstress.pool._state import BlockState
 
+UNSHOWN_SETTLE_S = 0.01
+"""How long, on real time, a quiet check waits for a pool that has not shown it finishes releases
+after they return (``Operations.deferring``) to come to rest."""
+
 
 class Operations:
     """Protocol operations for named holders, each checked as it returns."""
@@ -228,7 +232,11 @@ class Operations:
         free_count, free_ids = await self._read_free(index)
         if not self._away(free_ids) and free_count == len(free_ids):
             return free_count, free_ids
-        deadline = self._now() + self._settle_bound()
+        # On real time a pool that has not shown it defers gets a moment only (its worker, if
+        # it has one, needs no more to finish an offer it began): a real bug found by the
+        # state machine is reported at once, and shrinking it stays fast.
+        shown = self.deferring or self.virtual_time
+        deadline = self._now() + (self._settle_bound() if shown else UNSHOWN_SETTLE_S)
         pause = 1e-4
         while self._now() < deadline:
             await self._sleep(pause)
