@@ -19,6 +19,7 @@ import pytest
 
 from kvstress import AsyncBlockPool, InvariantViolation, PoolDriver, ThreadedBlockPool
 from kvstress.checkers import TimingPolicy
+from kvstress.harness import _cpu
 from kvstress.harness._cpu import excused_wall_seconds
 
 pytestmark = pytest.mark.skipif(
@@ -97,3 +98,37 @@ def test_a_pool_that_ignores_its_timeout_is_still_late() -> None:
         assert caught.value.invariant == "timeout-late"
     finally:
         driver.close()
+
+
+def stop_the_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the stall meter's heartbeat stop, as it does between runs (idle for 5 s)."""
+    monkeypatch.setattr(_cpu, "_IDLE_EXIT_S", 0.0)
+    deadline = time.monotonic() + 2.0
+    while _cpu._stalls._thread is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    monkeypatch.undo()
+    assert _cpu._stalls._thread is None
+
+
+def free_running_ops() -> Any:
+    """The operations of one free-running stress execution (real threads, real time)."""
+    from kvstress.scenarios import ScenarioConfig
+    from kvstress.scenarios._execution import ScenarioOps, build_pool
+
+    config = ScenarioConfig(ThreadedBlockPool, False)
+    return ScenarioOps(config, build_pool(config), time.monotonic, virtual=False, timing=TimingPolicy())
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: PoolDriver(ThreadedBlockPool, num_blocks=2), free_running_ops], ids=["driver", "stress"]
+)
+def test_a_real_time_run_starts_counting_stalls_before_its_first_operation(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A freeze before the heartbeat's first tick is seen by no one, and starting the heartbeat
+    inside an operation could itself wait out a freeze (a CI run once called a correct acquire
+    late that way): so the heartbeat is ticking before the run's first operation."""
+    stop_the_heartbeat(monkeypatch)
+    run = make()
+    assert _cpu._stalls._thread is not None and _cpu._stalls._ticking.is_set()
+    getattr(run, "close", lambda: None)()

@@ -79,15 +79,31 @@ class _StallMeter:
         self._last_read = 0.0
         self._thread: threading.Thread | None = None
         self._tick: tuple[float, float, float] | None = None  # the tick in progress: wall, CPU, GC
+        self._ticking = threading.Event()  # set once the heartbeat's first tick is under way
+
+    def start(self) -> None:
+        """Have the heartbeat running and ticking, waiting (at most a second) for its first tick.
+
+        A freeze before the first tick is seen by no one, and starting a thread can itself wait
+        out a freeze: so a real-time run starts the meter before its first operation, never
+        inside one (``watch_stalls``)."""
+        with self._lock:
+            self._last_read = time.monotonic()
+            thread = None
+            if self._thread is None:  # (the heartbeat clears it, under the lock, as it stops)
+                self._tick = None
+                self._ticking.clear()
+                thread = self._thread = threading.Thread(target=self._beat, name=STALL_METER, daemon=True)
+        if thread is not None:
+            thread.start()
+        self._ticking.wait(1.0)
 
     def seconds(self) -> float:
         """The stalls counted so far; starts the heartbeat if it is not running."""
+        if self._thread is None:
+            self.start()
         with self._lock:
             self._last_read = time.monotonic()
-            if self._thread is None or not self._thread.is_alive():
-                self._tick = None
-                self._thread = threading.Thread(target=self._beat, name=STALL_METER, daemon=True)
-                self._thread.start()
             # A reader that runs first after a freeze must see it before the heartbeat wakes:
             # the tick in progress counts as far as it has overslept so far.
             return self._stalled + (self._stalled_in(*self._tick) if self._tick else 0.0)
@@ -102,6 +118,7 @@ class _StallMeter:
             tick = time.perf_counter(), time.process_time(), _gc_wall[0]
             with self._lock:
                 self._tick = tick
+            self._ticking.set()
             time.sleep(_TICK_S)
             with self._lock:
                 self._stalled += self._stalled_in(*tick)
@@ -113,6 +130,7 @@ class _StallMeter:
     def after_fork(self) -> None:
         """In a forked child: no heartbeat runs there, and the lock may have been held."""
         self._lock = threading.Lock()
+        self._ticking = threading.Event()
         self._thread = None
         self._tick = None
 
@@ -120,6 +138,11 @@ class _StallMeter:
 _stalls = _StallMeter()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_stalls.after_fork)
+
+
+def watch_stalls() -> None:
+    """Start counting OS stalls now, before a real-time run's first operation (see ``start``)."""
+    _stalls.start()
 
 
 def excused_wall_seconds() -> float:

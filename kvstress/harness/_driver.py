@@ -21,7 +21,7 @@ from kvstress._checks import check_block_shape, check_dtype, check_num_blocks
 from kvstress._violation import BlockRecord, InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled._patch import own_loop_primitives, resolve_modules
-from kvstress.harness._cpu import watch_gc
+from kvstress.harness._cpu import watch_gc, watch_stalls
 from kvstress.harness._dump import dump_blocks
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
@@ -67,6 +67,8 @@ class PoolDriver(Scenarios):
         self.backend = backend
         self.virtual_time = bool(backend_options and "clock" in backend_options)
         watch_gc()
+        if not self.virtual_time:
+            watch_stalls()
         self.history = History()
         self.ledger = Ledger(self.num_blocks)
         self.sequential = True

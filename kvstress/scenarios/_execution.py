@@ -40,6 +40,7 @@ from kvstress.controlled._coop import Event as CoopEvent
 from kvstress.controlled._coop import sleep as coop_sleep
 from kvstress.controlled._patch import loop_clock, resolve_modules
 from kvstress.controlled._threads import run_threads
+from kvstress.harness._cpu import watch_stalls
 from kvstress.harness._dump import dump_blocks
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
@@ -120,6 +121,8 @@ class ScenarioOps(Scenarios):
         self.clock = clock
         self.thread_pause = coop_sleep if virtual else time.sleep
         self.thread_event = CoopEvent if virtual else threading.Event
+        if not virtual:
+            watch_stalls()
         self._workers = {}
         self._scopes = {}
         self.native_cancel = config.is_async and config.backend == "asyncio" and not speaks_anyio(pool)
