@@ -126,8 +126,8 @@ def _check(
     # finish a release after it returned (a worker thread, a task, a stream callback), and the
     # audit cannot wait for it inside the caller's call. Only a block left in a held state
     # without a holder is lost here; the harness finds the rest.
-    queued = set(ids)
-    in_transit = {b for b, state in states.items() if state not in HELD_STATES and b not in queued}
+    away = checkers.on_its_way_back(num_blocks, held, ids)
+    in_transit = {b for b in away if b in states and states[b] not in HELD_STATES}
     checkers.check_conservation(num_blocks, set(held) | in_transit, ids)
     # A block whose state was not read counts as FREE: only the states read can say otherwise.
     not_free = sum(1 for b, state in states.items() if state is not BlockState.FREE and 0 <= b < num_blocks)

@@ -4,6 +4,7 @@ from kvstress.checkers._consistency import check_conservation as check_conservat
 from kvstress.checkers._consistency import check_counter as check_counter
 from kvstress.checkers._consistency import check_held_not_queued as check_held_not_queued
 from kvstress.checkers._consistency import check_queue as check_queue
+from kvstress.checkers._consistency import on_its_way_back as on_its_way_back
 from kvstress.checkers._contents import check_canary as check_canary
 from kvstress.checkers._contents import check_zeroed as check_zeroed
 from kvstress.checkers._timing import TimingPolicy as TimingPolicy

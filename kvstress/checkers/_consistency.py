@@ -36,6 +36,15 @@ def check_held_not_queued(free_ids: Collection[int], held: Mapping[int, tuple[st
         )
 
 
+def on_its_way_back(num_blocks: int, held: Collection[int], free_ids: Collection[int]) -> set[int]:
+    """Blocks nobody holds that are not in the free queue either. At rest there are none; a pool
+    that finishes a release after it returned (a reset worker, a task, a stream callback) has
+    such blocks for a moment, and a quiet check waits for them (the harness) or leaves them to
+    whoever can wait (the audit). A block that never arrives is lost (``check_conservation``)."""
+    queued = set(free_ids)
+    return {b for b in range(num_blocks) if b not in held and b not in queued}
+
+
 def check_conservation(num_blocks: int, held: Collection[int], free_ids: Collection[int]) -> None:
     """Every block is either held by someone or in the free queue: none leaked."""
     lost = sorted(set(range(num_blocks)) - set(held) - set(free_ids))

@@ -31,6 +31,9 @@ class TimingPolicy:
     - ``settle``: for a pool that finishes a release after it returned (a reset worker offers the
       block), how long beyond its backoff bound and the slack the block may take to reach the
       free queue. A correct one needs a moment; only a block that never arrives waits it out.
+    - ``unshown_settle``: the same wait on real time for a pool that has not shown it defers:
+      a worker that began an offer needs no more to finish it, and a real bug found on real
+      time is reported at once (shrinking it stays fast).
     """
 
     slack: float = 0.25
@@ -43,6 +46,7 @@ class TimingPolicy:
     busy_cpu_allowance: float = 0.02
     hang_bound: float = 5.0
     settle: float = 0.1
+    unshown_settle: float = 0.01
 
     def slack_now(self) -> float:
         """``slack`` scaled by how far the machine's cores are oversubscribed now (the load

@@ -29,10 +29,6 @@ from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import LoopThread, Suspensions, ThreadWorker
 from kvstress.pool._state import BlockState
 
-UNSHOWN_SETTLE_S = 0.01
-"""How long, on real time, a quiet check waits for a pool that has not shown it finishes releases
-after they return (``Operations.deferring``) to come to rest."""
-
 
 class Operations:
     """Protocol operations for named holders, each checked as it returns."""
@@ -211,8 +207,7 @@ class Operations:
 
     def _away(self, free_ids: list[int]) -> set[int]:
         """Blocks nobody holds that are not in the free queue ``free_ids``."""
-        queued = set(free_ids)
-        return {b for b in range(self.num_blocks) if b not in self.ledger.open and b not in queued}
+        return checkers.on_its_way_back(self.num_blocks, self.ledger.open, free_ids)
 
     async def _read_free(self, index: int) -> tuple[int, list[int]]:
         free_count = await self._call(index, "free_count", self.pool.free_count)
@@ -232,11 +227,9 @@ class Operations:
         free_count, free_ids = await self._read_free(index)
         if not self._away(free_ids) and free_count == len(free_ids):
             return free_count, free_ids
-        # On real time a pool that has not shown it defers gets a moment only (its worker, if
-        # it has one, needs no more to finish an offer it began): a real bug found by the
-        # state machine is reported at once, and shrinking it stays fast.
+        # On real time a pool that has not shown it defers gets a moment only (unshown_settle).
         shown = self.deferring or self.virtual_time
-        deadline = self._now() + (self._settle_bound() if shown else UNSHOWN_SETTLE_S)
+        deadline = self._now() + (self._settle_bound() if shown else self.timing.unshown_settle)
         pause = 1e-4
         while self._now() < deadline:
             await self._sleep(pause)
