@@ -2,7 +2,8 @@
 
 A pool under test is not changed or annotated: while a controlled run builds and drives it,
 the modules it is written in see cooperative ``threading``, ``time`` and ``queue`` modules, and
-the names they imported from them (``from time import monotonic``) are swapped one by one. Only
+the names they imported from them (``from time import monotonic``) are swapped one by one
+(``concurrent.futures``' thread executor and futures too). Only
 those modules' globals change, and only for the run, so the rest of the process (pytest, torch,
 the harness itself) keeps the real primitives.
 """
@@ -10,6 +11,8 @@ the harness itself) keeps the real primitives.
 from __future__ import annotations
 
 import asyncio
+import concurrent
+import concurrent.futures
 import contextlib
 import functools
 import importlib
@@ -22,7 +25,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from kvstress.controlled import _coop, _coop_compound, _coop_queue
+from kvstress.controlled import _coop, _coop_compound, _coop_futures, _coop_queue
 from kvstress.controlled._loop import ControlledEventLoop
 
 _THREADING = {
@@ -50,6 +53,13 @@ _QUEUE = {
     "LifoQueue": _coop_queue.LifoQueue,
     "PriorityQueue": _coop_queue.PriorityQueue,
     "SimpleQueue": _coop_queue.SimpleQueue,
+}
+
+_FUTURES = {
+    "ThreadPoolExecutor": _coop_futures.ThreadPoolExecutor,
+    "Future": _coop_futures.Future,
+    "wait": _coop_futures.wait,
+    "as_completed": _coop_futures.as_completed,
 }
 
 
@@ -101,7 +111,15 @@ def _swaps(groups: tuple[tuple[types.ModuleType, dict[str, Any]], ...]) -> dict[
     return swaps
 
 
-_THREAD_SWAPS = _swaps(((threading, _THREADING), (time, _TIME), (queue, _QUEUE)))
+_THREAD_SWAPS = _swaps(
+    ((threading, _THREADING), (time, _TIME), (queue, _QUEUE), (concurrent.futures, _FUTURES))
+)
+# ``import concurrent.futures`` binds the package: its stand-in answers ``.futures`` with the
+# cooperative module.
+_THREAD_SWAPS[id(concurrent)] = (
+    concurrent,
+    _ModuleProxy(concurrent, {"futures": _THREAD_SWAPS[id(concurrent.futures)][1]}),
+)
 _LOOP_SWAPS = _swaps(((time, _LOOP_TIME),))
 
 

@@ -71,6 +71,9 @@ from kvstress.mutants._mutants_ordinary import (
     DeferredResetOfferFirstTaskPool as DeferredResetOfferFirstTaskPool,
 )
 from kvstress.mutants._mutants_ordinary import DeferredResetSilentOfferPool as DeferredResetSilentOfferPool
+from kvstress.mutants._mutants_ordinary import (
+    ExecutorResetUnlockedOfferPool as ExecutorResetUnlockedOfferPool,
+)
 from kvstress.mutants._mutants_ordinary import HousekeepingReaperPool as HousekeepingReaperPool
 from kvstress.mutants._mutants_ordinary import ThreadConditionIfNotWhilePool as ThreadConditionIfNotWhilePool
 from kvstress.mutants._mutants_ordinary import (
@@ -116,6 +119,7 @@ from kvstress.mutants._ordinary_background import AsyncPollingPool as AsyncPolli
 from kvstress.mutants._ordinary_background import BackgroundTaskPool as BackgroundTaskPool
 from kvstress.mutants._ordinary_background import DeferredResetTaskPool as DeferredResetTaskPool
 from kvstress.mutants._ordinary_background import DeferredResetThreadPool as DeferredResetThreadPool
+from kvstress.mutants._ordinary_background import ExecutorResetThreadPool as ExecutorResetThreadPool
 from kvstress.mutants._ordinary_background import HousekeepingThreadPool as HousekeepingThreadPool
 from kvstress.mutants._ordinary_threads import ThreadConditionPool as ThreadConditionPool
 from kvstress.mutants._ordinary_threads import ThreadModuleConditionPool as ThreadModuleConditionPool

@@ -55,6 +55,7 @@ from kvstress.mutants._mutants_ordinary import (
     AsyncPollingUncappedPool,
     DeferredResetOfferFirstTaskPool,
     DeferredResetSilentOfferPool,
+    ExecutorResetUnlockedOfferPool,
     HousekeepingReaperPool,
     ThreadConditionIfNotWhilePool,
     ThreadPollingUnlockedCheckPool,
@@ -102,6 +103,7 @@ from kvstress.mutants._ordinary_background import (
     BackgroundTaskPool,
     DeferredResetTaskPool,
     DeferredResetThreadPool,
+    ExecutorResetThreadPool,
     HousekeepingThreadPool,
 )
 from kvstress.mutants._ordinary_threads import (
@@ -148,6 +150,7 @@ ORDINARY_POOLS: tuple[type, ...] = (
     ThreadPollingPool,
     HousekeepingThreadPool,
     DeferredResetThreadPool,
+    ExecutorResetThreadPool,
 )
 """Correct pools written the way developers write them, each on one standard primitive."""
 
@@ -236,6 +239,7 @@ MUTANTS: tuple[type, ...] = (
     ThreadPollingUnlockedCheckPool,
     HousekeepingReaperPool,
     DeferredResetSilentOfferPool,
+    ExecutorResetUnlockedOfferPool,
     DeferredResetOfferFirstTaskPool,
     AsyncPollingUncappedPool,
     # acquire_many (CondvarBatchPool, AsyncFifoBatchPool)

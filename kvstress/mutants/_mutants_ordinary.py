@@ -30,6 +30,7 @@ from kvstress.mutants._ordinary_background import (
     AsyncPollingPool,
     DeferredResetTaskPool,
     DeferredResetThreadPool,
+    ExecutorResetThreadPool,
     HousekeepingThreadPool,
 )
 from kvstress.mutants._ordinary_threads import (
@@ -406,6 +407,19 @@ class DeferredResetSilentOfferPool(DeferredResetThreadPool):
         with self._cond:
             self._resetting -= 1
             self._free.append(block)  # BUG: no notify
+
+
+class ExecutorResetUnlockedOfferPool(ExecutorResetThreadPool):
+    """The executor's thread appends the block to the deque without the lock ("a deque append
+    is atomic") and notifies nobody: a waiter parked on the condition sleeps out its timeout
+    beside a free block (and a snapshot of the deque taken under the lock can see it change:
+    "deque mutated during iteration")."""
+
+    expected = ("lost-wakeup", "timeout-late", "crash")
+
+    def _reset_and_offer(self, block: Block) -> None:
+        self._reset(block)
+        self._free.append(block)  # BUG: not under the lock, and no notify
 
 
 class DeferredResetOfferFirstTaskPool(DeferredResetTaskPool):

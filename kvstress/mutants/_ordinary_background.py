@@ -4,10 +4,11 @@ An async pool that polls with capped exponential backoff, and two pools with hou
 HikariCP has): a daemon thread, and an asyncio task, that wake every 30 s to note blocks held
 too long. Their timed waits are the pool's own business, never a hang of the caller's.
 
-And two pools whose release hands the reset to a worker (a thread, a task), as a GPU pool hands
-it to a stream: ``release`` returns True with the block still RELEASING, and the worker zeroes
-it and offers it a moment later. Nothing in the protocol asks a pool to be back at rest when
-``release`` returns; only that the block is zeroed before it is offered, and offered soon.
+And three pools whose release hands the reset to a worker (a thread, a task, a
+``ThreadPoolExecutor``), as a GPU pool hands it to a stream: ``release`` returns True with the
+block still RELEASING, and the worker zeroes it and offers it a moment later. Nothing in the
+protocol asks a pool to be back at rest when ``release`` returns; only that the block is zeroed
+before it is offered, and offered soon.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
@@ -190,6 +192,34 @@ class DeferredResetThreadPool(ThreadConditionPool):
             self._resetting -= 1
             self._free.append(block)
             self._cond.notify()
+
+
+class ExecutorResetThreadPool(ThreadConditionPool):
+    """A Condition pool whose release submits the block's reset and offer to a one-thread
+    ``concurrent.futures.ThreadPoolExecutor`` and returns: the executor's thread zeroes the
+    block, then offers it under the lock and notifies."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pool-reset")
+
+    def release(self, block: Block) -> bool:
+        """One reference less; at the last, hand the block's reset to the executor."""
+        with self._cond:
+            if not self._last_reference(block):
+                return False
+        self._executor.submit(self._reset_and_offer, block)
+        return True
+
+    def _reset_and_offer(self, block: Block) -> None:
+        self._reset(block)  # zeroed, then FREE: before anyone can take it
+        with self._cond:
+            self._free.append(block)
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Let the executor's thread go once the resets handed to it are done."""
+        self._executor.shutdown(wait=False)
 
 
 class DeferredResetTaskPool(AsyncioConditionPool):
