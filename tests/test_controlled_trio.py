@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 
@@ -218,3 +220,28 @@ def test_work_in_worker_threads_takes_no_virtual_time() -> None:
 
     for seed in range(3):
         assert seeded_trio_run(main, seed=seed) == (0.0, 30.0, 0.0)
+
+
+def test_seeded_runs_cost_the_same_where_ci_is_set() -> None:
+    """Hypothesis loads its "ci" profile wherever CI is set, and a derandomized test hashes its
+    own source at every call: each seeded trio run (every trio execution of the harness) paid
+    0.17 s for it, 25 times its own cost. The one-example test that seeds trio's RNG sets its
+    own settings whatever profile is loaded, so no run reads any source."""
+    script = (
+        "import inspect, trio\n"
+        "from hypothesis import settings\n"
+        "from kvstress.controlled._trio import seeded_trio_run\n"
+        "assert settings.default.derandomize, 'the ci profile is not loaded'\n"
+        "calls = []\n"
+        "real = inspect.getsource\n"
+        "inspect.getsource = lambda *a, **k: calls.append(a) or real(*a, **k)\n"
+        "for seed in range(3):\n"
+        "    seeded_trio_run(trio.lowlevel.checkpoint, seed=seed)\n"
+        "print(len(calls))\n"
+    )
+    env = {**os.environ, "CI": "true"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0", done.stdout
