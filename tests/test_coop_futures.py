@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import kvstress
 from kvstress.controlled import _coop_futures, run_threads
 from kvstress.mutants import ExecutorResetThreadPool, ExecutorResetUnlockedOfferPool
 from kvstress.scenarios import ScenarioConfig, search
@@ -126,3 +127,33 @@ def test_a_planted_bug_in_the_executor_s_offer_is_found() -> None:
     result = search(config, PCTScheduler(seed=0), max_executions=300, shrink=False)
     assert result.failure is not None
     assert result.failure.violation.invariant in ExecutorResetUnlockedOfferPool.expected
+
+
+def _leaky_request(pool: Any, blocks: int, timeout: float) -> None:
+    """A request handler that keeps what it took when a later acquire times out."""
+    got = []
+    for _ in range(blocks):
+        block = pool.acquire(timeout)
+        if block is None:
+            return  # BUG: got is never given back
+        got.append(block)
+    time.sleep(0.01)  # decode
+    for block in got:
+        pool.release(block)
+
+
+def test_an_explored_executor_test_finds_a_leak_and_shows_where_the_user_took_the_block() -> None:
+    """A serving loop on an executor, explored: the leak is found, and its acquire stack ends in
+    the user's handler, with kvstress's controlled-thread frames left out."""
+
+    def serve() -> None:
+        audited = kvstress.audit(kvstress.ThreadedBlockPool(3, (2, 4)))
+        with audited as pool, ThreadPoolExecutor(max_workers=3) as executor:  # the executor ends first
+            for blocks in (2, 2, 1):
+                executor.submit(_leaky_request, pool, blocks, 0.015)
+
+    with pytest.raises(kvstress.InvariantViolation) as caught:
+        kvstress.explore(serve, schedules=300, seed=0)
+    message = str(caught.value)
+    assert caught.value.invariant == "lost-block"
+    assert "in _leaky_request" in message and "kvstress/controlled" not in message

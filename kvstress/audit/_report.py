@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from types import CodeType, FrameType
 from typing import Any
 
+import kvstress.controlled
 from kvstress._violation import BlockRecord
 from kvstress.audit._ledger import Lease, Stack
 from kvstress.harness._runner import run_on_a_thread
@@ -34,13 +36,20 @@ def capture_stack(limit: int, skip: int) -> Stack:
     return tuple(frames)
 
 
+_MACHINERY = os.path.dirname(kvstress.controlled.__file__) + os.sep
+"""Where the frames of an explored run's controlled threads live (the baton, the cooperative
+``Thread`` and executor): machinery between a thread's start and the user's code, left out."""
+
+
 def format_stack(stack: Stack, indent: str = "    ") -> str:
-    """The stack as traceback lines, outermost first."""
+    """The stack as traceback lines, outermost first (kvstress's own controlled-thread frames
+    left out)."""
     if not stack:
         return f"{indent}(no stack captured)"
     return "\n".join(
         f'{indent}File "{code.co_filename}", line {_line(code, offset)}, in {code.co_name}'
         for code, offset in reversed(stack)
+        if not code.co_filename.startswith(_MACHINERY)
     )
 
 
