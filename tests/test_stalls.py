@@ -100,16 +100,6 @@ def test_a_pool_that_ignores_its_timeout_is_still_late() -> None:
         driver.close()
 
 
-def stop_the_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Let the stall meter's heartbeat stop, as it does between runs (idle for 5 s)."""
-    monkeypatch.setattr(_cpu, "_IDLE_EXIT_S", 0.0)
-    deadline = time.monotonic() + 2.0
-    while _cpu._stalls._thread is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    monkeypatch.undo()
-    assert _cpu._stalls._thread is None
-
-
 def free_running_ops() -> Any:
     """The operations of one free-running stress execution (real threads, real time)."""
     from kvstress.scenarios import ScenarioConfig
@@ -128,7 +118,8 @@ def test_a_real_time_run_starts_counting_stalls_before_its_first_operation(
     """A freeze before the heartbeat's first tick is seen by no one, and starting the heartbeat
     inside an operation could itself wait out a freeze (a CI run once called a correct acquire
     late that way): so the heartbeat is ticking before the run's first operation."""
-    stop_the_heartbeat(monkeypatch)
+    meter = _cpu._StallMeter()  # as the process has it between runs: no heartbeat running
+    monkeypatch.setattr(_cpu, "_stalls", meter)
     run = make()
-    assert _cpu._stalls._thread is not None and _cpu._stalls._ticking.is_set()
+    assert meter._thread is not None and meter._ticking.is_set()
     getattr(run, "close", lambda: None)()
