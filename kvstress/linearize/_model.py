@@ -212,14 +212,15 @@ def _is_block(value: object, num_blocks: int) -> bool:
 
 
 def _release_kind(op: Operation) -> Kind | None:
+    # A double release goes through a handle from an earlier tenancy, which cannot touch the
+    # block's next holder (docs/protocol.md): refused (False, or an exception) is right in any
+    # state and changes nothing. Modelled as a release of whatever the block holds now, it would
+    # blame the pool for a stale handle.
+    if op.args.get("double") and (op.outcome == "raised" or op.result is False):
+        return None
     if op.outcome != "ok" or not isinstance(op.result, bool):
         return Kind.MAYBE_RELEASE
-    if op.result:
-        return Kind.RELEASE_TRUE
-    # A double release goes through a handle from an earlier tenancy, which cannot touch the
-    # block's next holder (docs/protocol.md): False is right in any state and changes nothing. Modelled as
-    # a release of whatever the block holds now, it would blame the pool for a stale handle.
-    return None if op.args.get("double") else Kind.RELEASE_FALSE
+    return Kind.RELEASE_TRUE if op.result else Kind.RELEASE_FALSE
 
 
 def _block_arg(args: Mapping[str, Any], num_blocks: int) -> int | None:
