@@ -15,7 +15,7 @@ INVARIANTS: Mapping[str, str] = {
     "lost-block": "a block is neither held nor free, or the pool cannot hand out all its blocks",
     "illegal-transition": "a state change outside the life cycle, or misuse that did not raise",
     "refcount": "a refcount that is wrong for what was done",
-    "double-release": "a second release returned True or changed the pool",
+    "double-release": "a second release answered other than False (or an exception), or changed the pool",
     "timeout-early": "acquire returned None before its timeout elapsed",
     "timeout-late": "acquire returned later than its deadline plus the backoff bound and slack",
     "busy-wait": "a waiting acquire burned CPU instead of parking",
