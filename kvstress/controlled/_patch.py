@@ -134,6 +134,8 @@ def resolve_modules(targets: Iterable[object]) -> tuple[types.ModuleType, ...]:
 
 
 def _modules_of(target: object) -> list[types.ModuleType]:
+    while isinstance(target, functools.partial):  # a partial's code is its function's
+        target = target.func
     if isinstance(target, types.ModuleType):
         return [target]
     if isinstance(target, str):

@@ -95,6 +95,7 @@ def scenario_config(target: FuzzTarget) -> ScenarioConfig:
         num_blocks=target.num_blocks,
         block_shape=target.block_shape,
         backend=target.backend,
+        modules=(target.factory, *target.pool_modules),
     )
 
 

@@ -40,6 +40,9 @@ class FuzzTarget:
     num_blocks: int = 2
     block_shape: tuple[int, ...] = (2, 4)
     backend: str = "asyncio"  # async pools: the event loop library
+    # The modules of the built pool's class and its bases: the code under test even where the
+    # factory is a function in another module, or a functools.partial.
+    pool_modules: tuple[str, ...] = ()
 
     @property
     def mode(self) -> str:
@@ -87,7 +90,13 @@ def load_target(
     is_async = inspect.iscoroutinefunction(pool.acquire)
     if is_async:
         _check_backend(spec, factory, blocks, shape, backend)
-    return FuzzTarget(spec, factory, is_async, blocks, shape, backend)
+    return FuzzTarget(spec, factory, is_async, blocks, shape, backend, _class_modules(type(pool)))
+
+
+def _class_modules(cls: type) -> tuple[str, ...]:
+    """The modules ``cls`` and its bases are defined in (not the built-in ones)."""
+    names = dict.fromkeys(c.__module__ for c in cls.__mro__)
+    return tuple(name for name in names if name not in ("builtins", "abc", "typing"))
 
 
 def _check_backend(

@@ -1,0 +1,35 @@
+"""A pool named by a factory that is not its class: a function in another module (a user's
+config layer) or a ``functools.partial``. The controlled strategies make the pool's own modules
+cooperative, found from the class of the pool the factory builds; before, they took the
+factory's module only, and a correct pool's real ``Condition`` answered a timed acquire at
+once on virtual time (a false ``timeout-early``, PCT, 0.016 s)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from kvstress.fuzz import fuzz, load_target, parse_mix
+from kvstress.mutants import ThreadConditionPool
+
+
+def make_condition_pool(
+    num_blocks: int, block_shape: Any, *, dtype: Any = torch.float32, device: Any = None
+) -> Any:
+    """A factory function in this module; the pool's class lives in kvstress.mutants."""
+    return ThreadConditionPool(num_blocks, block_shape, dtype=dtype, device=device)
+
+
+half_condition_pool = functools.partial(ThreadConditionPool, dtype=torch.float16)
+
+
+@pytest.mark.parametrize("name", ["make_condition_pool", "half_condition_pool"])
+def test_a_pool_built_by_a_factory_elsewhere_is_driven_cooperatively(name: str, tmp_path: Path) -> None:
+    target = load_target(f"{__name__}:{name}")
+    assert "kvstress.mutants._ordinary_threads" in target.pool_modules
+    outcome = fuzz(target, budget_s=3.0, seed=0, mix=parse_mix("pct,random"), report_dir=tmp_path)
+    assert outcome.finding is None, outcome.finding.violation.details()
