@@ -92,11 +92,28 @@ def _loop_time_ns() -> int:
     return int(_loop_time() * 1e9)
 
 
+_WALL_EPOCH = time.time() - time.monotonic()
+"""The wall clock's offset from the monotonic one, taken once: a controlled loop's wall clock is
+this plus its virtual time (and off a controlled loop, the real one)."""
+
+
+def _loop_wall_time() -> float:
+    """``time.time()`` that moves with the controlled loop's virtual clock, so a deadline kept
+    on the wall clock expires with the loop's timeouts (off such a loop: the real one)."""
+    return _WALL_EPOCH + _loop_time()
+
+
+def _loop_wall_time_ns() -> int:
+    return int(_loop_wall_time() * 1e9)
+
+
 _LOOP_TIME = {
     "monotonic": _loop_time,
     "monotonic_ns": _loop_time_ns,
     "perf_counter": _loop_time,
     "perf_counter_ns": _loop_time_ns,
+    "time": _loop_wall_time,
+    "time_ns": _loop_wall_time_ns,
 }
 
 
@@ -196,8 +213,8 @@ def cooperative(modules: Iterable[types.ModuleType]) -> contextlib.AbstractConte
 def loop_clock(
     modules: Iterable[types.ModuleType], *, fresh_primitives: bool = False
 ) -> contextlib.AbstractContextManager[None]:
-    """Within the block, ``modules`` read ``time.monotonic``/``perf_counter`` from the running
-    controlled loop, so an async pool that mixes them with the loop's timeouts stays on one clock;
+    """Within the block, ``modules`` read ``time.monotonic``/``perf_counter``/``time`` from the
+    running controlled loop, so an async pool that mixes them with the loop's timeouts stays on one clock;
     with ``fresh_primitives``, in the same pass, as ``own_loop_primitives`` does."""
     return _swapped(modules, _LOOP_SWAPS, _copy_async_primitive if fresh_primitives else None)
 

@@ -50,8 +50,8 @@ def explore(
     """Run ``fn()`` under up to ``schedules`` distinct controlled schedules; stop at the first failure.
 
     An ``async def`` ``fn`` runs on kvstress' controlled event loop (virtual time: a 30 s timeout
-    costs nothing), one fresh loop per schedule; ``time.monotonic`` and ``time.perf_counter``
-    read the same virtual clock in ``fn``'s module and in ``modules``. A plain ``fn`` runs as
+    costs nothing), one fresh loop per schedule; ``time.monotonic``, ``time.perf_counter`` and
+    ``time.time`` read the same virtual clock in ``fn``'s module and in ``modules``. A plain ``fn`` runs as
     controlled thread 0: the threads it starts (``threading.Thread`` in its module or in
     ``modules``, a Thread subclass there, a ``ThreadPoolExecutor``'s workers) run one at a
     time, switching at every line of those modules and at every lock, condition, sleep and
