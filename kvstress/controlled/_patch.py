@@ -161,14 +161,18 @@ def _modules_of(target: object) -> list[types.ModuleType]:
         except ImportError as error:
             raise ValueError(f"modules: cannot import {target!r}: {error}") from None
     if isinstance(target, type):
-        names = [
-            cls.__module__ for cls in target.__mro__ if cls.__module__ not in ("builtins", "abc", "typing")
-        ]
+        names = class_module_names(target)
     elif callable(target) and getattr(target, "__module__", None):
         names = [target.__module__]
     else:
         raise ValueError(f"modules: expected a module, a module name, a class or a function, got {target!r}")
     return [m for m in (inspect.getmodule(target) if n == "__main__" else _loaded(n) for n in names) if m]
+
+
+def class_module_names(cls: type) -> list[str]:
+    """The names of the modules ``cls`` and its bases are defined in, the built-in ones left out."""
+    names = dict.fromkeys(base.__module__ for base in cls.__mro__)
+    return [name for name in names if name not in ("builtins", "abc", "typing")]
 
 
 def _loaded(name: str) -> types.ModuleType | None:

@@ -20,6 +20,7 @@ import anyio
 import torch
 
 from kvstress._checks import check_block_shape, check_num_blocks
+from kvstress.controlled._patch import class_module_names
 from kvstress.harness._driver import PROTOCOL, is_async_factory
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -90,13 +91,8 @@ def load_target(
     is_async = inspect.iscoroutinefunction(pool.acquire)
     if is_async:
         _check_backend(spec, factory, blocks, shape, backend)
-    return FuzzTarget(spec, factory, is_async, blocks, shape, backend, _class_modules(type(pool)))
-
-
-def _class_modules(cls: type) -> tuple[str, ...]:
-    """The modules ``cls`` and its bases are defined in (not the built-in ones)."""
-    names = dict.fromkeys(c.__module__ for c in cls.__mro__)
-    return tuple(name for name in names if name not in ("builtins", "abc", "typing"))
+    pool_modules = tuple(class_module_names(type(pool)))
+    return FuzzTarget(spec, factory, is_async, blocks, shape, backend, pool_modules)
 
 
 def _check_backend(
