@@ -155,7 +155,7 @@ class Operations:
         self._count_release()
         index = self.history.begin(holder, "release", {"block": block_id}, self._stamp())
         try:
-            returned, _ = await self._call(index, "release", self.pool.release, handle, count=True)
+            returned = await self._call(index, "release", self.pool.release, handle)
         except Exception:
             raise
         except BaseException:  # cancelled: settle the ledger by what the pool shows
@@ -273,7 +273,7 @@ class Operations:
         self._count_release()
         index = self.history.begin(holder, "release", {"block": block_id, "double": True}, self._stamp())
         try:
-            returned, _ = await self._call(index, "release", self.pool.release, handle, count=True)
+            returned = await self._call(index, "release", self.pool.release, handle)
         except InvariantViolation as crash:
             if not isinstance(crash.__cause__, Exception):
                 raise
