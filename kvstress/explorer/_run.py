@@ -106,6 +106,16 @@ def used_modules(
     return tuple(found.values())
 
 
+def loop_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[types.ModuleType, ...]:
+    """The modules whose clock reads are the controlled loop's while an async ``fn`` runs on it
+    (``loop_clock``), as they are on a real loop (``loop.time()`` is ``time.monotonic()``): a
+    deadline on ``time.monotonic`` then comes with the virtual sleeps. ``fn``'s own, ``modules``,
+    and those ``fn``'s module refers to that use asyncio (their module-level primitives are
+    fresh for each loop)."""
+    clocked = resolve_modules((underlying(fn), *modules))
+    return clocked + used_modules(fn, clocked, ASYNC_API)
+
+
 def executor_modules() -> tuple[types.ModuleType, ...]:
     """The standard library's thread pool, made cooperative (not traced) for a threaded test:
     a test that runs its workers on a ``ThreadPoolExecutor`` has them controlled, and its futures
@@ -148,10 +158,7 @@ def search(
             run: Callable[[], object] = lambda: _trio_once(fn, scheduler)  # noqa: E731
         else:
             run = lambda: run_controlled(fn, scheduler)  # noqa: E731
-        # The test's own clock reads are the loop's, as they are on a real loop (loop.time() is
-        # time.monotonic()): a deadline on time.monotonic then comes with the virtual sleeps.
-        clocked = resolve_modules((underlying(fn), *modules))
-        clocked += used_modules(fn, clocked, ASYNC_API)
+        clocked = loop_modules(fn, modules)
 
         def once() -> object:
             # Fresh asyncio primitives for each schedule: each runs on a loop of its own.

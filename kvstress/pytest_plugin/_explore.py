@@ -16,16 +16,18 @@ protocol instead, the swapped-in function runs every schedule on fixtures set up
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from kvstress.controlled import ControlledEventLoop, SchedulerExhausted, SchedulerMisbehaved
 from kvstress.explorer._explore import failure_note, raise_failure
-from kvstress.explorer._run import BACKENDS, search
+from kvstress.explorer._run import BACKENDS, Outcome, search
 from kvstress.explorer._strategies import (
     check_schedules,
     check_strategy,
@@ -35,6 +37,10 @@ from kvstress.explorer._strategies import (
 )
 from kvstress.pytest_plugin._protocol import RUN, SECTION, Run, run_schedules
 from kvstress.pytest_plugin._seeds import seed_for
+from kvstress.schedulers import ScheduleDivergence
+
+_FACTORY = "kvstress"  # our loop factory's name (pytest-asyncio hides it from test ids)
+_FACTORIES = "kvstress-explore-loop"  # the plugin that offers it
 
 MARKER_NAME = "kvstress_explore"
 MARKER = (
@@ -56,6 +62,10 @@ class ExploredTests:
         self._session_seed = session_seed
         self._replay = replay
         self.explored: list[tuple[str, str]] = []  # (node id, what ran) per passing marked test
+        self._factories = _LoopFactories(self)
+        self._looped: set[str] = set()  # tests pytest-asyncio parametrised with our loop factory
+        self._active: Run | None = None  # the exploration whose copies run now
+        self._scopes: list[str] = []  # the scopes of the fixtures being set up now, innermost last
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
@@ -63,8 +73,63 @@ class ExploredTests:
         marker = item.get_closest_marker(MARKER_NAME)
         if marker is None or not isinstance(item, pytest.Function):
             return None
-        run_schedules(item, nextitem, self._run(item, marker))
+        run = self._run(item, marker)
+        run.on_loop = item.nodeid.partition("[")[0] in self._looped
+        self._active = run
+        try:
+            run_schedules(item, nextitem, run)
+        finally:
+            self._active = None
         return True
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> Generator[None, object, object]:
+        """An explored asyncio test's fixtures and call share one controlled loop per schedule.
+
+        pytest-asyncio (>= 1.4) asks the ``pytest_asyncio_loop_factories`` hook for a test's loop
+        factories while it parametrises the test. Ours answers only for an explored asyncio test
+        at the default (function) loop scope, and only while that test is parametrised: every
+        other test keeps the stock loop, as it would without kvstress. Then a task an async
+        fixture starts (a serving loop's engine) runs on the schedule's loop, beside the test.
+        """
+        answer = _wants_our_loop(metafunc)
+        manager = metafunc.config.pluginmanager
+        if answer:
+            manager.register(self._factories, _FACTORIES)
+        try:
+            return (yield)
+        finally:
+            if answer:
+                manager.unregister(self._factories)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(
+        self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+    ) -> Generator[None, object, object]:
+        """Keep the scope of each fixture being set up while a marked test runs: only a
+        function-scoped event loop (its runner fixture's) is one schedule's."""
+        if self._active is None:
+            return (yield)
+        self._scopes.append(fixturedef.scope)
+        try:
+            return (yield)
+        finally:
+            self._scopes.pop()
+
+    def new_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop factory pytest-asyncio calls for an explored test's event loop: a controlled
+        loop on the exploration's scheduler (a new execution) for the function-scoped loop of a
+        copy being set up; a stock loop otherwise (a wider scope, a marker in error, a run over)."""
+        run = self._active
+        scheduler = None if run is None or run.done or run.loop is not None else run.scheduler
+        if run is None or scheduler is None or self._scopes[-1:] != ["function"]:
+            return asyncio.new_event_loop()
+        try:
+            loop = run.loop = ControlledEventLoop(scheduler)
+        except SchedulerExhausted:
+            run.exhausted = True  # DFS ran every schedule: this copy's call is not made
+            return asyncio.new_event_loop()
+        return loop
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
@@ -85,6 +150,8 @@ class ExploredTests:
             return (yield)
         original = pyfuncitem.obj
         test = inspect.unwrap(original)
+        if run is not None and run.on_loop and (run.loop is not None or run.exhausted):
+            return (yield from self._on_its_loop(pyfuncitem, run))
         if run is None:
             pyfuncitem.obj = self._explorer(pyfuncitem, self._run(pyfuncitem, marker), test, backend)
         else:
@@ -162,12 +229,58 @@ class ExploredTests:
                 raise_failure(replace(outcome, runs=run.runs), run.name, run.seed, run.limit, hint)
             if outcome.runs:
                 ran = replace(outcome, runs=run.runs, schedule=run.scheduler.schedule())
-                run.teardown_note = failure_note(ran, run.name, run.seed, run.limit, hint, _THEN_TEARDOWN)
+                note = failure_note(ran, run.name, run.seed, run.limit, hint, _THEN_TEARDOWN)
+                run.teardown_note = lambda: note
             if outcome.exhausted or run.runs >= run.limit:
                 run.done = True
                 self._passed(item, run.runs, run.name, run.seed)
 
         return explore_once
+
+    def _on_its_loop(self, item: pytest.Function, run: Run) -> Generator[None, object, object]:
+        """The call of a copy set up on its schedule's loop: pytest-asyncio runs the test there,
+        after its fixtures; a failure gets the note that replays the schedule."""
+        __tracebackhide__ = True
+        scheduler = run.scheduler
+        assert scheduler is not None  # a copy is set up on our loop only with a scheduler
+        if run.loop is None:  # the strategy had no schedule left (DFS): nothing more to run
+            run.done = True
+            self._passed(item, run.runs, run.name, run.seed)
+            original, item.obj = item.obj, _nothing
+            try:
+                return (yield)
+            finally:
+                item.obj = original
+        hint = _replay_hint(item)
+        try:
+            result = yield
+        except (ScheduleDivergence, SchedulerMisbehaved):
+            run.done = True
+            raise
+        except _FAILURES as failure:
+            run.runs += 1
+            run.done = True
+            failed = Outcome(run.runs, exhausted=False, failure=failure, schedule=scheduler.schedule())
+            # The schedule ends here (a replay holds no more choices): the teardown runs in order.
+            run.loop.scheduler = _InOrder()
+            raise_failure(failed, run.name, run.seed, run.limit, hint)
+            raise  # not reached: raise_failure raises
+        except BaseException:
+            run.done = True
+            raise
+        run.runs += 1
+        runs = run.runs
+
+        def teardown_note() -> str:
+            # The teardown ran on the same loop: its choices are the schedule's too.
+            ran = Outcome(runs, exhausted=False, schedule=scheduler.schedule())
+            return failure_note(ran, run.name, run.seed, run.limit, hint, _THEN_TEARDOWN)
+
+        run.teardown_note = teardown_note
+        if run.runs >= run.limit:
+            run.done = True
+            self._passed(item, run.runs, run.name, run.seed)
+        return result
 
     def _passed(self, item: pytest.Function, runs: int, name: str, seed: int) -> None:
         """Record a passing test's count: its report section, JUnit property and summary line."""
@@ -194,6 +307,57 @@ class ExploredTests:
         if not isinstance(modules, list | tuple):
             raise ValueError(f"modules must be a list or tuple of modules or names, got {modules!r}")
         return schedules, strategy, run_seed, tuple(modules)
+
+
+class _LoopFactories:
+    """Registered only while an explored asyncio test is parametrised (see
+    ``ExploredTests.pytest_generate_tests``): pytest-asyncio treats any implementation of its
+    hook as a request for loop factories, for every test it parametrises."""
+
+    def __init__(self, tests: ExploredTests) -> None:
+        self._tests = tests
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_asyncio_loop_factories(
+        self, config: pytest.Config, item: pytest.Item
+    ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+        """pytest-asyncio's hook: the explored test runs on our factory alone."""
+        self._tests._looped.add(item.nodeid)
+        return {_FACTORY: self._tests.new_loop}
+
+
+class _InOrder:
+    """The scheduler of a loop whose schedule has ended with a failure: the copy's teardown
+    runs its ready tasks in order (a replayed schedule has no choices left for it)."""
+
+    def next_task(self, runnable: Sequence[int], current: int | None) -> int:
+        return runnable[0]
+
+    def next_u64(self) -> int:
+        return 0
+
+
+def _wants_our_loop(metafunc: pytest.Metafunc) -> bool:
+    """An explored test that pytest-asyncio may run (async, not anyio's) at the function loop scope."""
+    definition = metafunc.definition
+    if definition.get_closest_marker(MARKER_NAME) is None or definition.get_closest_marker("anyio"):
+        return False
+    if not inspect.iscoroutinefunction(inspect.unwrap(metafunc.function)):
+        return False
+    if not hasattr(metafunc.config.hook, "pytest_asyncio_loop_factories"):
+        return False  # pytest-asyncio absent or older than 1.4
+    marker = definition.get_closest_marker("asyncio")
+    scope = marker.kwargs.get("loop_scope") or marker.kwargs.get("scope") if marker is not None else None
+    if scope is None:
+        try:
+            scope = metafunc.config.getini("asyncio_default_test_loop_scope") or "function"
+        except ValueError:
+            scope = "function"
+    return scope == "function"
+
+
+def _nothing(**fixtures: Any) -> None:
+    """Called in place of a test that has no schedule left to run."""
 
 
 def _replay_hint(item: pytest.Function) -> str:

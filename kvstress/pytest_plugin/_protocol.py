@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 import pytest
 
-from kvstress.controlled._patch import cooperative
-from kvstress.explorer._run import executor_modules, is_async, thread_modules, used_modules
+from kvstress.controlled._patch import cooperative, loop_clock
+from kvstress.explorer._run import executor_modules, is_async, loop_modules, thread_modules, used_modules
 from kvstress.schedulers import Scheduler
 
 SECTION = "kvstress explore"
@@ -56,7 +56,10 @@ class Run:
     problem: str = ""
     runs: int = 0  # schedules run so far
     done: bool = False
-    teardown_note: str = ""  # how to replay the schedule just run, should its teardown fail
+    teardown_note: Callable[[], str] | None = None  # how to replay the schedule run, should its teardown fail
+    on_loop: bool = False  # an asyncio test whose copies' loop pytest-asyncio takes from us
+    loop: Any = None  # the controlled loop the copy being run was set up on (``on_loop``)
+    exhausted: bool = False  # the strategy had no schedule left for the copy being set up
 
 
 def run_schedules(item: pytest.Function, nextitem: pytest.Item | None, run: Run) -> None:
@@ -68,7 +71,9 @@ def run_schedules(item: pytest.Function, nextitem: pytest.Item | None, run: Run)
         while True:
             copy = _copy(item, direct)
             copy.stash[RUN] = run
-            reports, calls, unbound = _once(copy, item, nextitem, run, direct)
+            run.loop = None
+            with _on_loop(item, run):
+                reports, calls, unbound = _once(copy, item, nextitem, run, direct)
             if unbound is not None and not run.done:
                 direct.append(unbound)  # a direct parameter after all: bind it and set up again
             elif _final(reports, run, item):
@@ -103,7 +108,7 @@ def _once(
     after = nextitem if last else item
     phase("teardown", lambda: ihook.pytest_runtest_teardown(item=copy, nextitem=after))
     if len(reports) == 3 and reports[1].passed and reports[2].failed and run.teardown_note:
-        reports[2].sections.append((SECTION, run.teardown_note))
+        reports[2].sections.append((SECTION, run.teardown_note()))
     if not last and not reports[-1].passed:
         _tear_down_to(nextitem, item, direct)  # the run ends here, with the parent still set up
         run.done = True
@@ -214,6 +219,19 @@ def _interactive(call: pytest.CallInfo[None], report: pytest.TestReport) -> bool
     if call.excinfo is None or hasattr(report, "wasxfail"):
         return False
     return not isinstance(call.excinfo.value, pytest.skip.Exception | bdb.BdbQuit)
+
+
+def _on_loop(item: pytest.Function, run: Run) -> contextlib.AbstractContextManager[None]:
+    """For an asyncio test whose fixtures and call share one controlled loop per schedule
+    (``run.on_loop``): its modules' clocks read that loop, and their module-level asyncio
+    primitives are fresh, from its setup to its teardown."""
+    if not run.on_loop or run.scheduler is None:
+        return contextlib.nullcontext()
+    try:
+        modules = loop_modules(item.obj, run.modules)
+    except ValueError:
+        return contextlib.nullcontext()  # the call reports the bad ``modules`` argument
+    return loop_clock(modules, fresh_primitives=True)
 
 
 @contextlib.contextmanager

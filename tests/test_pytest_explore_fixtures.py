@@ -1,0 +1,164 @@
+"""An explored asyncio test whose async fixture starts a background task (a serving loop's
+engine): the fixture, the task and the test share one controlled loop per schedule.
+
+Before, the fixture ran on pytest-asyncio's own loop, so its task never ran while the test
+waited on it on the controlled loop: a correct service was reported as a deadlock. The inner
+sessions run in a subprocess so the installed ``pytest11`` entry point loads.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+INI = """
+[pytest]
+asyncio_default_fixture_loop_scope = function
+"""
+
+SUITE = """
+import asyncio
+
+import pytest
+import pytest_asyncio
+
+RACY = {racy}
+CHECK_IN_TEARDOWN = {in_teardown}
+
+
+class Booking:
+    '''One seat; requests go through a queue to a worker task, one task per request.'''
+
+    def __init__(self):
+        self.left = 1
+        self.requests = asyncio.Queue()
+
+    async def serve(self):
+        async with asyncio.TaskGroup() as group:
+            while True:
+                reply = await self.requests.get()
+                group.create_task(self.book(reply))
+
+    async def book(self, reply):
+        if self.left > 0:
+            if RACY:
+                await asyncio.sleep(0)  # a check-then-act split by an await
+            self.left -= 1
+            reply.set_result(True)
+        else:
+            reply.set_result(False)
+
+    async def request(self):
+        reply = asyncio.get_running_loop().create_future()
+        await self.requests.put(reply)
+        return await reply
+
+
+@pytest_asyncio.fixture
+async def service():
+    booking = Booking()
+    worker = asyncio.create_task(booking.serve())
+    yield booking
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+    if CHECK_IN_TEARDOWN:
+        assert booking.left >= 0, "overbooked"
+
+
+@pytest_asyncio.fixture
+async def fixture_loop():
+    return asyncio.get_running_loop()
+
+
+async def two_clients(service):
+    async def late():
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return await service.request()
+
+    return await asyncio.gather(service.request(), late())
+
+
+@pytest.mark.asyncio
+@pytest.mark.kvstress_explore(schedules=100, strategy="random", seed=5)
+async def test_explored(service):
+    answers = await two_clients(service)
+    if not CHECK_IN_TEARDOWN:
+        assert service.left >= 0, "overbooked"
+        assert sorted(answers) == [False, True]
+
+
+@pytest.mark.asyncio
+async def test_plain(service):
+    answers = await two_clients(service)
+    assert service.left == 0 and sorted(answers) == [False, True]
+
+
+@pytest.mark.asyncio
+@pytest.mark.kvstress_explore(schedules=3)
+async def test_fixture_shares_the_loop(fixture_loop):
+    loop = asyncio.get_running_loop()
+    assert fixture_loop is loop and type(loop).__name__ == "ControlledEventLoop"
+
+
+@pytest.mark.asyncio
+async def test_unmarked_keeps_the_stock_loop(fixture_loop):
+    loop = asyncio.get_running_loop()
+    assert fixture_loop is loop and type(loop).__name__ != "ControlledEventLoop"
+"""
+
+REPLAY = re.compile(r"replay:\s+pytest --kvstress-replay=(ks1:\S+) (\S+)")
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", *args)
+
+
+def _suite(pytester: pytest.Pytester, racy: bool, in_teardown: bool = False) -> None:
+    pytester.makeini(INI)
+    pytester.makepyfile(test_booking=SUITE.format(racy=racy, in_teardown=in_teardown))
+
+
+def test_a_correct_service_started_by_a_fixture_is_explored_clean(pytester: pytest.Pytester) -> None:
+    """The fixture's worker runs beside the explored test: 100 schedules pass, where each used to
+    end in a deadlock; the fixture runs on the schedule's loop and unmarked tests keep theirs."""
+    _suite(pytester, racy=False)
+    result = _run(pytester)
+    result.assert_outcomes(passed=4)
+    out = result.stdout.str()
+    assert "test_booking.py::test_explored: explored 100 schedules (strategy 'random', seed 5)" in out
+    assert "test_booking.py::test_fixture_shares_the_loop: explored 3 schedules" in out
+
+
+def test_a_race_in_a_fixtures_worker_is_found_and_replays(pytester: pytest.Pytester) -> None:
+    """The racy worker passes plain pytest-asyncio; explored, it fails with a schedule whose
+    replay (setup, call and all) fails the same way."""
+    _suite(pytester, racy=True)
+    result = _run(pytester)
+    result.assert_outcomes(passed=3, failed=1)
+    out = result.stdout.str()
+    assert "FAILED test_booking.py::test_explored" in out and "AssertionError: overbooked" in out
+    [(schedule, nodeid)] = REPLAY.findall(out)
+    again = _run(pytester, f"--kvstress-replay={schedule}", nodeid)
+    again.assert_outcomes(failed=1)  # and no teardown error: the failed schedule's teardown runs in order
+    replayed = again.stdout.str()
+    assert "kvstress: the replayed schedule failed" in replayed and "AssertionError: overbooked" in replayed
+
+
+def test_a_race_seen_in_a_fixtures_teardown_replays_through_it(pytester: pytest.Pytester) -> None:
+    """A schedule whose test passes and whose fixture's teardown fails is named with the
+    teardown's own choices, so its replay fails in the teardown too."""
+    _suite(pytester, racy=True, in_teardown=True)
+    result = _run(pytester)
+    result.assert_outcomes(passed=4, errors=1)
+    out = result.stdout.str()
+    assert "passed, and then its fixtures' teardown failed" in out
+    [(schedule, nodeid)] = REPLAY.findall(out)
+    again = _run(pytester, f"--kvstress-replay={schedule}", nodeid)
+    again.assert_outcomes(passed=1, errors=1)
+    replayed = again.stdout.str()
+    assert "AssertionError: overbooked" in replayed and "ScheduleDivergence" not in replayed
