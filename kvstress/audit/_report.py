@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from types import CodeType, FrameType
 from typing import Any
 
-import kvstress.controlled
 from kvstress._violation import BlockRecord
 from kvstress.audit._ledger import Lease, Stack
 from kvstress.harness._runner import run_on_a_thread
@@ -36,20 +35,36 @@ def capture_stack(limit: int, skip: int) -> Stack:
     return tuple(frames)
 
 
-_MACHINERY = os.path.dirname(kvstress.controlled.__file__) + os.sep
-"""Where the frames of an explored run's controlled threads live (the baton, the cooperative
-``Thread`` and executor): machinery between a thread's start and the user's code, left out."""
+_MACHINERY = ("kvstress.controlled", "asyncio", "pluggy", "_pytest", "pytest_asyncio")
+"""Packages whose frames sit between a thread's or task's start and the user's code: an
+explored run's controlled threads (the baton, the cooperative ``Thread`` and executor), the
+event loop that steps a task, and pytest running a test. Their frames are left out of a shown
+stack (those of a package not imported are not there to leave out)."""
+
+
+def _machinery() -> tuple[str, ...]:
+    found = []
+    for name in _MACHINERY:
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None)
+        if where:
+            found.append(os.path.dirname(where) + os.sep)
+    return tuple(found)
 
 
 def format_stack(stack: Stack, indent: str = "    ") -> str:
-    """The stack as traceback lines, outermost first (kvstress's own controlled-thread frames
-    left out)."""
+    """The stack as traceback lines, outermost first; frames of the machinery that ran the
+    caller's thread or task (``_MACHINERY``) left out."""
     if not stack:
         return f"{indent}(no stack captured)"
-    return "\n".join(
-        f'{indent}File "{code.co_filename}", line {_line(code, offset)}, in {code.co_name}'
-        for code, offset in reversed(stack)
-        if not code.co_filename.startswith(_MACHINERY)
+    machinery = _machinery()
+    return (
+        "\n".join(
+            f'{indent}File "{code.co_filename}", line {_line(code, offset)}, in {code.co_name}'
+            for code, offset in reversed(stack)
+            if not code.co_filename.startswith(machinery)
+        )
+        or f"{indent}(only event-loop and test-runner frames were captured)"
     )
 
 
