@@ -3,7 +3,9 @@
 A block is *surely free* from the end of a release that returned True until the earliest moment
 anything could have taken it again: the start of any acquire that answered with that block after
 the release began (the pool may offer it before the release returns), or of any acquire whose
-effect is unknown (cancelled, raised, pending). For the waiter itself, its own take counts at
+effect is unknown (raised, pending). A cancelled acquire holds nothing once it returned (the
+quiet checks' ``lost-block`` otherwise), so it only holds the block back until its return
+(plus ``settle``: it may give it back through a reset worker). For the waiter itself, its own take counts at
 its return: once it holds the block it has no reason to wait on. An acquire that was waiting
 through such a stretch for longer than the pool's backoff bound plus the slack, plus the time
 its thread could not run (``observed["excused_s"]``), missed a wake-up. Fair pools are allowed
@@ -54,11 +56,19 @@ def check_wakeups(
             freed += settle  # the pool's reset worker has that long to offer it
             late = f", offered later by the pool: counted free from {freed:.6f} s"
         takers = [op for op in (*acquires, *batches) if _may_take(op, block, release.start)]
-        # Each acquire that gave up while the block was being handed on, with its return.
+        # Each acquire that gave up while the block was being handed on, with its return; and
+        # each cancelled one still in flight once the block was freed, which may have held it
+        # until it returned (and then for ``settle``, should it go back through a reset worker):
+        # a cancelled acquire holds nothing after (the quiet checks' lost-block).
         handed = [
             (op, op.end)
             for op in acquires
             if op.end is not None and _gave_up(op) and op.start <= freed <= op.end
+        ]
+        handed += [
+            (op, op.end + settle)
+            for op in acquires
+            if op.end is not None and op.result == "cancelled" and op.end >= freed
         ]
         # Each batch still waiting once the block was freed, with its start and return.
         queued = [(op.start, op.end) for op in batches if op.end is not None and op.end >= freed]
@@ -96,7 +106,9 @@ def _may_take(op: Operation, block: object, since: float) -> bool:
         if op.name == "acquire_many":
             return isinstance(op.result, list) and block in op.result
         return bool(op.result == block)
-    return op.outcome in ("pending", "raised") or bool(op.result == "cancelled")
+    # A cancelled call holds nothing once it returned: it is no taker, only a reservation until
+    # then (an acquire's, above; a batch's, in the queue of batches).
+    return op.outcome in ("pending", "raised")
 
 
 def _gave_up(op: Operation) -> bool:

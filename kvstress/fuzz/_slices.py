@@ -174,8 +174,9 @@ class _MotifSearch:
 def _delay(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]) -> SliceResult:
     """Delay-bounded search over the motifs, round-robin, going on where the previous slice of
     the run left it. The first round runs each motif's one-delay hot plans (a switch at a
-    hinted decision: a lost-update or check-then-act window), up to ``DELAY_HOT_CAP`` runs, and
-    the slice that runs it ends with it; then each round gives every motif twice the executions
+    hinted decision: a lost-update or check-then-act window), up to ``DELAY_HOT_CAP`` runs, or,
+    for a motif without hints (async pools give none), its first ``DELAY_CAP`` plans; the
+    slice that runs it ends with it; then each round gives every motif twice the executions
     of the last, from ``DELAY_CAP``. Once every motif is exhausted (every interleaving with up
     to ``DELAY_BOUND`` delays has run), a slice returns at once."""
     state = memo.get("delay")
@@ -198,6 +199,15 @@ def _delay(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any])
         cap = DELAY_HOT_CAP if state.round == 0 else DELAY_CAP << min(state.round - 1, 16)
         began = time.monotonic() - start
         found = search(config, scheduler, max_executions=cap, budget_s=left)
+        if hot_only and found.failure is None and found.executions <= 1 and not scheduler.exhausted:
+            # No hint in this motif (none on the controlled loop, none in code without a
+            # lost-update window): its first cold plans come now, not a whole cycle later.
+            result.executions += found.executions
+            result.operations += found.operations
+            scheduler.max_cold = scheduler.max_delays = None
+            left = budget_s - (time.monotonic() - start)
+            began = time.monotonic() - start
+            found = search(config, scheduler, max_executions=DELAY_CAP, budget_s=max(left, 1e-3))
         result.executions += found.executions
         result.operations += found.operations
         if found.failure is not None:
@@ -226,7 +236,7 @@ def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | No
         budget_s=budget_s,
         replays=5,
         replay_budget_s=max(1.0, budget_s),
-        fixed=motifs(target.num_blocks, target.is_async),
+        fixed=motifs(target.num_blocks, target.is_async, virtual=False),
         fixed_only=budget_s < SHORT_STRESS_S,
     )
     failure = result.failure

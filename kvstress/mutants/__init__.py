@@ -30,6 +30,9 @@ from kvstress.mutants._mutants_async import AsyncStillReleasingPool as AsyncStil
 from kvstress.mutants._mutants_async import AsyncTakeThenYieldPool as AsyncTakeThenYieldPool
 from kvstress.mutants._mutants_async import AsyncTryOncePool as AsyncTryOncePool
 from kvstress.mutants._mutants_async import AsyncUnshieldedReleasePool as AsyncUnshieldedReleasePool
+from kvstress.mutants._mutants_asyncio import (
+    AsyncioConditionDropsNotifyPool as AsyncioConditionDropsNotifyPool,
+)
 from kvstress.mutants._mutants_batch import AsyncBatchCancelLeakPool as AsyncBatchCancelLeakPool
 from kvstress.mutants._mutants_batch import BatchPartialGrantLeakPool as BatchPartialGrantLeakPool
 from kvstress.mutants._mutants_batch import BatchShortGrantPool as BatchShortGrantPool

@@ -25,6 +25,7 @@ from kvstress.mutants._mutants_async import (
     AsyncTryOncePool,
     AsyncUnshieldedReleasePool,
 )
+from kvstress.mutants._mutants_asyncio import AsyncioConditionDropsNotifyPool
 from kvstress.mutants._mutants_batch import (
     AsyncBatchCancelLeakPool,
     BatchPartialGrantLeakPool,
@@ -224,6 +225,7 @@ MUTANTS: tuple[type, ...] = (
     AsyncioSemaphoreUnusedReleasePool,
     AsyncioQueueAwaitAfterGetPool,
     AsyncioConditionIfNotWhilePool,
+    AsyncioConditionDropsNotifyPool,
     AsyncioLockEventRearmedTimeoutPool,
     AnyioSemaphoreResetAfterOfferPool,
     AnyioSemaphoreUnitPerReferencePool,
