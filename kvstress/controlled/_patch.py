@@ -262,7 +262,12 @@ def _swapped(
                 if swap is not None and swap[0] is value:
                     namespace[name] = swap[1]
                     undo.append((namespace, name, value, swap[1]))
-                elif copier is not None:
+                    continue
+                for function in _functions_of(module, value):
+                    _swap_defaults(function, swaps, undo)
+                if isinstance(value, type) and value.__module__ == module.__name__:
+                    _swap_class_attributes(value, swaps, undo)
+                if copier is not None:
                     at = (namespace, name, value)
                     _swap_made_at_import(module, names, at, (copier, made), undo, followed)
         if copier is _copy_primitive:
@@ -277,8 +282,64 @@ def _swapped(
             if isinstance(place, dict):
                 if place.get(name) is stand_in:
                     place[name] = real
+            elif isinstance(place, types.FunctionType):
+                if getattr(place, name) is stand_in:
+                    setattr(place, name, real)
             elif vars(place).get(name) is stand_in:
                 setattr(place, name, real)
+
+
+def _functions_of(module: types.ModuleType, value: object) -> list[types.FunctionType]:
+    """The functions ``module`` defined under one global name: the function itself, or a
+    class's methods (static and class methods too)."""
+    if isinstance(value, types.FunctionType):
+        return [value] if value.__module__ == module.__name__ else []
+    if not isinstance(value, type) or value.__module__ != module.__name__:
+        return []
+    found = []
+    for member in vars(value).values():
+        member = getattr(member, "__func__", member)  # staticmethod, classmethod
+        if isinstance(member, types.FunctionType):
+            found.append(member)
+    return found
+
+
+def _swap_class_attributes(cls: type, swaps: dict[int, tuple[object, object]], undo: list[_Undo]) -> None:
+    """Swap the real objects a class keeps as attributes (``_clock = time.monotonic``, also as a
+    ``staticmethod``) for their stand-ins."""
+    for name, member in list(vars(cls).items()):
+        real = getattr(member, "__func__", member) if isinstance(member, staticmethod) else member
+        swap = swaps.get(id(real))
+        if swap is None or swap[0] is not real:
+            continue
+        stand_in = staticmethod(swap[1]) if isinstance(member, staticmethod) else swap[1]  # type: ignore[arg-type]
+        setattr(cls, name, stand_in)
+        undo.append((cls, name, member, stand_in))
+
+
+def _swap_defaults(
+    function: types.FunctionType, swaps: dict[int, tuple[object, object]], undo: list[_Undo]
+) -> None:
+    """Swap the real objects among ``function``'s default arguments for their stand-ins: a
+    default is bound when the function is defined (``clock=time.monotonic``, a
+    ``lock_factory=threading.Lock``), so swapping the module's names does not reach it."""
+
+    def stand_in(value: object) -> object:
+        swap = swaps.get(id(value))
+        return swap[1] if swap is not None and swap[0] is value else value
+
+    defaults = function.__defaults__
+    if defaults:
+        swapped = tuple(stand_in(value) for value in defaults)
+        if any(new is not old for new, old in zip(swapped, defaults, strict=True)):
+            function.__defaults__ = swapped
+            undo.append((function, "__defaults__", defaults, swapped))
+    keywords = function.__kwdefaults__
+    if keywords:
+        swapped_keywords = {name: stand_in(value) for name, value in keywords.items()}
+        if any(swapped_keywords[name] is not value for name, value in keywords.items()):
+            function.__kwdefaults__ = swapped_keywords
+            undo.append((function, "__kwdefaults__", keywords, swapped_keywords))
 
 
 def _swap_made_at_import(
