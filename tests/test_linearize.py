@@ -563,6 +563,29 @@ def test_none_while_a_release_has_not_given_its_unit_back_is_ok() -> None:
     assert h.check(2).status == "ok"
 
 
+def test_a_release_whose_block_was_taken_again_may_still_hold_back_its_unit() -> None:
+    """A semaphore over a set of ids, lowest first: w0's release queues block 0 and is paused
+    before giving its unit back; w1 takes the only unit left (block 1's) and picks block 0, so
+    a try-once fails with block 1 queued. Units are alike: the one w0 holds back is the one
+    block 1 lacks (a false lost-block before)."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.release("w0", 2, 20, 0, True)  # block 0 queued at once, unit back at 20
+    h.acquire("w1", 3, 4, 0)  # took block 1's unit, and the lowest id
+    h.acquire("w2", 5, 6, None, outcome="info")  # block 1 queued, no unit left
+    assert h.check(2).status == "ok"
+
+
+def test_a_release_whose_block_was_taken_again_excuses_one_free_block_only() -> None:
+    """The same with three blocks and two of them queued: one unit held back explains one."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    h.release("w0", 2, 20, 0, True)
+    h.acquire("w1", 3, 4, 0)
+    h.acquire("w2", 5, 6, None, outcome="info")
+    assert h.check(3).status == "violation"
+
+
 def test_an_acquire_waiting_on_a_block_still_being_released_holds_a_spare_unit() -> None:
     """w1 took a unit at its start and gets block 0 once w2's release of it ends; meanwhile
     block 1 is queued but both units are out (w1's, and w2's not yet given back)."""

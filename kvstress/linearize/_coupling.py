@@ -63,6 +63,9 @@ class Coupling:
         self._handoffs = _handoffs([op.hi for _, op in frees], model, returns)
         # Releases as calls: until one returns, the pool may not have given its unit back.
         self._freeing = [(b, op.lo, returns.get(op.index, op.hi)) for b, op in frees]
+        # Per block, the returns of the acquires that answered it: one that returned after a
+        # release of the block began shows that release offered it (its tenancy came after).
+        self._taken = [sorted(op.hi for op in ops if op.kind == Kind.ACQUIRE) for ops in model.blocks]
         self._free_spans = [[(s.first, s.last) for s in _free_stretches(ops, size)] for ops in model.blocks]
         # Each surely FREE block needs a wildcard to be HELD, and wildcards are scarce: prefer
         # instants with the fewest of them, then with the most surely HELD blocks (the fewest to
@@ -80,7 +83,7 @@ class Coupling:
         - every surely FREE block is matched by a spare unit of capacity in flight: an acquire
           that may hold one without a block yet (as after a semaphore's acquire, before the
           block is taken from the queue; ``_spare``), or a release that has not returned, which
-          may not have given its own block's unit back yet though the block is queued; or
+          may not have given its unit back yet though it offered its block (``_offered_units``); or
         - a hand-off is in flight: another acquire, begun before a release ended, is still in
           flight after it, so a FIFO pool may have handed it that block, and a newcomer that
           finds the queue busy fails. A waiter that gave up (timed out, cancelled) while such a
@@ -92,9 +95,12 @@ class Coupling:
         starts.update(lo for _, lo, _ in self._freeing)
         for p in sorted(at for at in starts if empty.lo <= at <= last):  # where in-flight sets grow
             in_flight = [(b, lo) for b, i, lo, end in self._calls if i != empty.index and lo <= p <= end]
-            # A release in flight holds back at most its own block's unit, and that only matters
-            # where the block is surely FREE (another tenancy of it already came and went).
-            freeing = sum(lo <= p <= end and self._surely_free_block(b, p) for b, lo, end in self._freeing)
+            # A release in flight holds back at most one unit, and that only once it has offered
+            # its block: where the block is surely FREE (another tenancy of it already came and
+            # went), or taken again by an acquire begun after the release began. Units are
+            # alike: the one it holds back may be the one another FREE block lacks (a semaphore
+            # over a set of ids, where the acquirer took the block that release offered).
+            freeing = self._offered_units(p)
             if not in_flight and not freeing:
                 continue
             releasing = {b for b, lo, end in self._freeing if lo <= p <= end}
@@ -107,6 +113,24 @@ class Coupling:
 
     def _surely_free_block(self, block: int, at: int) -> bool:
         return any(first <= at <= last for first, last in self._free_spans[block])
+
+    def _offered_units(self, at: int) -> int:
+        """How many releases in flight at ``at`` have surely offered their block there: all of a
+        block's where it is surely FREE; else as many as acquires of it returned after the
+        earliest of them began (each such take is a later tenancy, so one of them offered it)."""
+        starts: dict[int, list[int]] = {}
+        for block, lo, end in self._freeing:
+            if lo <= at <= end:
+                starts.setdefault(block, []).append(lo)
+        offered = 0
+        for block, los in starts.items():
+            if self._surely_free_block(block, at):
+                offered += len(los)
+                continue
+            returns = self._taken[block]
+            retaken = bisect_right(returns, at) - bisect_left(returns, min(los))
+            offered += min(len(los), max(retaken, 0))
+        return offered
 
     def _spare(self, at: int, answered: list[int], releasing: set[int]) -> int:
         """How many of the acquires in flight at ``at`` (the blocks they answered, -1: none seen)
