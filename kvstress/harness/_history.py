@@ -38,6 +38,13 @@ class History:
                 self._ops[index], end=end, outcome=outcome, result=result, observed=dict(observed or {})
             )
 
+    def note(self, index: int, **observed: Any) -> None:
+        """Add to what operation ``index`` observed, after its response (a cancelled release
+        found later to have left its reference: ``kept``)."""
+        with self._lock:
+            op = self._ops[index]
+            self._ops[index] = dataclasses.replace(op, observed={**op.observed, **observed})
+
     def pending_of(self, worker: str) -> Operation | None:
         """The worker's operation still in flight, if any."""
         with self._lock:

@@ -51,6 +51,10 @@ class Ledger:
         self.returned: Counter[int] = Counter()  # releases that answered True
         self._tenancies: Counter[int] = Counter()
         self._canaries = 0
+        self.releasing: Counter[int] = Counter()  # release calls in flight, by block
+        # Cancelled releases whose effect waits on the other releases of the block in flight:
+        # (holder, its tenancy, the release's history index), by block.
+        self.doubtful: dict[int, list[tuple[str, Tenancy, int]]] = {}
 
     def take(self, holder: str, block_id: int, handle: object) -> Tenancy | None:
         """Record an acquire's return. Returns the tenancy it collides with, if the block is held."""

@@ -150,21 +150,25 @@ class Operations:
         await self.op_verify(holder, block_id)
         handle = self.ledger.handles[block_id]
         tenancy = self.ledger.open[block_id]
-        refs_before = tenancy.total_refs
         last = self.ledger.give_up(holder, block_id)
         self._count_release()
         index = self.history.begin(holder, "release", {"block": block_id}, self._stamp())
+        with self.ledger.lock:
+            self.ledger.releasing[block_id] += 1
         try:
             returned = await self._call(index, "release", self.pool.release, handle)
         except Exception:
+            self._release_over(block_id, handle)
             raise
         except BaseException:  # cancelled: settle the ledger by what the pool shows
-            self._settle_cancelled_release(holder, tenancy, handle, refs_before, last)
+            self._settle_cancelled_release(holder, tenancy, handle, last, index)
+            self._release_over(block_id, handle)
             raise
         self.history.end(index, self._stamp(), "ok", returned, self._offer_deferred(returned, handle))
         if returned is True:
             with self.ledger.lock:
                 self.ledger.returned[block_id] += 1
+        self._release_over(block_id, handle)
         if self.sequential:
             checkers.check_release_result(block_id, returned, last)
             if not last:
@@ -173,26 +177,64 @@ class Operations:
         return bool(returned)
 
     def _settle_cancelled_release(
-        self, holder: str, tenancy: Any, handle: Any, refs_before: int, last: bool
+        self, holder: str, tenancy: Any, handle: Any, last: bool, index: int
     ) -> None:
         """A release cancelled before it took effect leaves the reference with its holder; one
         cancelled after took it. A block left half-released (RELEASING, neither held nor
         queued) is what the quiet check then reports.
 
         Untouched means the block still looks as this tenancy left it (held, in the state it
-        was marked to, the same refcount) and no one else's tenancy of it has begun: a pool may
-        offer the block before the cancellation lands (at an await after the offer), and a
-        peer that took it meanwhile holds a block that looks held by one reference too."""
+        was marked to) and no one else's tenancy of it has begun: a pool may offer the block
+        before the cancellation lands (at an await after the offer), and a peer that took it
+        meanwhile holds a block that looks held by one reference too. Then the pool's refcount
+        says which: the references the ledger still counts, plus this one if it stayed. While
+        other sharers' releases of the block are in flight, the pool may or may not have counted
+        theirs yet, so the answer waits until the last of them returns (``_release_over``)."""
+        with self.ledger.lock:
+            others = self.ledger.releasing[tenancy.block_id] - 1
+            if others > 0 and self._untouched(tenancy, handle):
+                self.ledger.doubtful.setdefault(tenancy.block_id, []).append((holder, tenancy, index))
+                return
+        if not self._stayed(holder, tenancy, handle, index) and last:
+            with self.ledger.lock:
+                self.ledger.returned[tenancy.block_id] += 1  # its answer is lost, its effect is not
+
+    def _untouched(self, tenancy: Any, handle: Any) -> bool:
         with contextlib.suppress(Exception):
             expected = BlockState.IN_USE if tenancy.marked else BlockState.ACQUIRED
             current = self.ledger.open.get(tenancy.block_id)
-            untouched = self._state(handle) is expected and current in (None, tenancy)
-            if untouched and self._refcount(handle) == refs_before:
+            return self._state(handle) is expected and current in (None, tenancy)
+        return False
+
+    def _stayed(self, holder: str, tenancy: Any, handle: Any, index: int) -> bool:
+        """Whether a cancelled release (history operation ``index``) left its reference with
+        ``holder`` (no release of the block in flight but its own): if so, the ledger takes the
+        reference back, and the history says so (``kept``: the linearizability model then
+        takes the release for one that changed nothing, not one that may have freed the block)."""
+        with self.ledger.lock, contextlib.suppress(Exception):
+            current = self.ledger.open.get(tenancy.block_id)
+            counted = current.total_refs if current is tenancy else 0
+            if self._untouched(tenancy, handle) and self._refcount(handle) > counted:
                 self.ledger.undo_give_up(holder, tenancy)
+                self.history.note(index, kept=True)
+                return True
+        return False
+
+    def _release_over(self, block_id: int, handle: Any) -> None:
+        """A release call of ``block_id`` returned (or raised): once none is in flight, settle the
+        cancelled ones that waited on the others (``_settle_cancelled_release``)."""
+        with self.ledger.lock:
+            self.ledger.releasing[block_id] -= 1
+            if self.ledger.releasing[block_id] > 0:
                 return
-        if last:
+            waiting = self.ledger.doubtful.pop(block_id, [])
+        for holder, tenancy, index in waiting:
+            if self._stayed(holder, tenancy, handle, index):
+                continue
             with self.ledger.lock:
-                self.ledger.returned[tenancy.block_id] += 1  # its answer is lost, its effect is not
+                # Every other release has answered: a True missing is this one's, lost.
+                if self.ledger.returned[block_id] < self.ledger.ended[block_id]:
+                    self.ledger.returned[block_id] += 1
 
     def _offer_deferred(self, returned: object, handle: Any) -> dict[str, Any]:
         """What a release that answered True shows of its block: still RELEASING means the pool

@@ -218,6 +218,8 @@ def _release_kind(op: Operation) -> Kind | None:
     # blame the pool for a stale handle.
     if op.args.get("double") and (op.outcome == "raised" or op.result is False):
         return None
+    if op.observed and op.observed.get("kept"):
+        return None  # cancelled before it changed anything: the harness saw the reference stay
     if op.outcome != "ok" or not isinstance(op.result, bool):
         return Kind.MAYBE_RELEASE
     return Kind.RELEASE_TRUE if op.result else Kind.RELEASE_FALSE
