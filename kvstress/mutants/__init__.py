@@ -80,6 +80,9 @@ from kvstress.mutants._mutants_ordinary import (
 from kvstress.mutants._mutants_ordinary import HousekeepingReaperPool as HousekeepingReaperPool
 from kvstress.mutants._mutants_ordinary import ThreadConditionIfNotWhilePool as ThreadConditionIfNotWhilePool
 from kvstress.mutants._mutants_ordinary import (
+    ThreadConditionTimedOutDropsNotifyPool as ThreadConditionTimedOutDropsNotifyPool,
+)
+from kvstress.mutants._mutants_ordinary import (
     ThreadPollingUnlockedCheckPool as ThreadPollingUnlockedCheckPool,
 )
 from kvstress.mutants._mutants_ordinary import ThreadQueuePutBeforeResetPool as ThreadQueuePutBeforeResetPool

@@ -336,6 +336,28 @@ class ThreadSemaphoreUnitBeforeQueuePool(ThreadSemaphorePool):
         return True
 
 
+class ThreadConditionTimedOutDropsNotifyPool(ThreadConditionPool):
+    """A deadline loop that trusts ``Condition.wait``'s answer: False means it timed out, so it
+    gives up. But a notify that picks a waiter as its timeout expires is spent on it (the
+    waiter was taken off the condition's list) while ``wait`` still answers False: the waiter
+    leaves without the block, and another waiter sleeps beside it until its own timeout.
+    ``wait_for`` looks again; so must a hand-written loop, or pass the notify on."""
+
+    expected = ("lost-wakeup",)
+
+    def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._free:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                if not self._cond.wait(remaining):
+                    return None  # BUG: a notify spent on this timed-out waiter is dropped
+            return self._taken(self._free.popleft())
+
+
 class ThreadConditionIfNotWhilePool(ThreadConditionPool):
     """An ``if`` where the ``while`` belongs: a waiter notified after another thread took the
     block wakes to an empty deque."""

@@ -14,7 +14,8 @@ from the protocol alone, not from any pool's code:
 - two tenancies of different blocks, taken and given back at once (free-queue and counter
   updates of unrelated blocks);
 - for async pools: a waiter cancelled as its block is handed to it, alone, and with another
-  waiter parked beside it that must then get the block.
+  waiter parked beside it that must then get the block;
+- a waiter whose deadline lands as its block is handed to it, with another parked beside it.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ costs nothing)."""
 
 def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenario, ...]:
     """The motifs for a pool of ``blocks`` blocks; ``is_async`` adds the cancellation motifs.
-    ``virtual=False`` (free-running stress, on real time) leaves out the one whose waiters park
+    ``virtual=False`` (free-running stress, on real time) leaves out the ones whose waiters park
     for ``PARKED_WAIT`` seconds: free on virtual time, a second a run on real time."""
     wait: Step = ("wait", HANDOFF_WAIT)
     take_all: list[Step] = [("acquire", 0.0)] * blocks
     give_all: list[Step] = [("release", None)] * blocks
     waiter: Step = ("acquire", HANDOFF_WAIT)
+    parked: list[Step] = [("sleep", SETTLE / 2), ("acquire", PARKED_WAIT)]
     found = [
         _of([("acquire", 0.0), ("share", 1), ("release", None)], [wait, ("release", None)]),
         _of(
@@ -60,13 +62,23 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
         # One block back, handed to the first of two parked waiters just as it is cancelled: the
         # other must get it (asyncio.Condition before Python 3.13 drops that notify, gh-112202).
         # Their wait outlasts the lost-wakeup bound, so a block left beside one is seen.
-        parked: list[Step] = [("sleep", SETTLE / 2), ("acquire", PARKED_WAIT)]
         found.append(
             _of(
                 [*take_all, ("sleep", SETTLE), ("release", None)],
                 parked,
                 parked,
                 [("sleep", SETTLE), ("cancel", 1)],
+            )
+        )
+    if virtual:
+        # The same hand-off landing on the first waiter's deadline (its timeout expires at the
+        # instant the block comes back): a pool whose timed-out waiter consumed the notify, or
+        # the block handed to it, must pass it on to the other.
+        found.append(
+            _of(
+                [*take_all, ("sleep", SETTLE), ("release", None)],
+                [("sleep", SETTLE / 2), ("acquire", SETTLE / 2)],
+                parked,
             )
         )
     return tuple(found)
