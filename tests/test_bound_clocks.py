@@ -3,11 +3,10 @@
 (``_clock = time.monotonic``, also as a ``staticmethod``). Under the controlled strategies they
 are the cooperative ones, as the module's own names are. Before, they stayed on real time while
 the pool's waits ran on virtual time: a correct pool was a ``hang`` or ``timeout-late`` at once
-(PCT and random, every seed)."""
+(PCT and random, every seed). The async twin is in ``test_wall_clock_deadlines``."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvstress.mutants import AsyncioConditionPool, ThreadConditionPool
+from kvstress.mutants import ThreadConditionPool
 from kvstress.scenarios import ScenarioConfig, search
 from kvstress.schedulers import PCTScheduler, RandomScheduler
 
@@ -60,37 +59,9 @@ class AttributeClockThreadPool(DefaultClockThreadPool):
         self._now = self._clock if len(self._free) % 2 else self._static_clock
 
 
-class DefaultClockAsyncPool(AsyncioConditionPool):
-    """Correct: an asyncio Condition pool whose deadline is on a clock passed in."""
-
-    def __init__(self, *args: Any, clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._now = clock
-
-    async def _acquire(self, timeout: float | None) -> Any:
-        deadline = None if timeout is None else self._now() + timeout
-        async with self._cond:
-            while not self._free:
-                if timeout == 0:
-                    return None
-                remaining = None if deadline is None else deadline - self._now()
-                if remaining is not None and remaining <= 0:
-                    return None
-                try:
-                    async with asyncio.timeout(remaining):
-                        await self._cond.wait()
-                except TimeoutError:
-                    pass
-                except asyncio.CancelledError:
-                    if self._free:
-                        self._cond.notify()  # pass on a notify this waiter may have taken
-                    raise
-            return self._taken(self._free.popleft())
-
-
-@pytest.mark.parametrize("pool", [DefaultClockThreadPool, AttributeClockThreadPool, DefaultClockAsyncPool])
+@pytest.mark.parametrize("pool", [DefaultClockThreadPool, AttributeClockThreadPool])
 def test_a_clock_bound_before_the_run_is_the_controlled_one(pool: type) -> None:
-    config = ScenarioConfig(pool, pool is DefaultClockAsyncPool)
+    config = ScenarioConfig(pool, False)
     for scheduler in (PCTScheduler(seed=1), RandomScheduler(seed=1)):
         result = search(config, scheduler, max_executions=100, shrink=False)
         assert result.failure is None, result.failure.describe()

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from kvstress.mutants import AsyncioConditionPool
 from kvstress.scenarios import ScenarioConfig, search
@@ -18,13 +21,16 @@ class WallClockDeadlinePool(AsyncioConditionPool):
     """Correct: waits on the Condition in slices of ``asyncio.timeout``, up to a deadline kept on
     ``time.time()``; a waiter that times out looks again before it gives up."""
 
+    def _clock(self) -> float:
+        return time.time()
+
     async def _acquire(self, timeout: float | None) -> Any:
-        deadline = None if timeout is None else time.time() + timeout
+        deadline = None if timeout is None else self._clock() + timeout
         async with self._cond:
             while not self._free:
                 if timeout == 0:
                     return None
-                remaining = None if deadline is None else deadline - time.time()
+                remaining = None if deadline is None else deadline - self._clock()
                 if remaining is not None and remaining <= 0:
                     return None
                 try:
@@ -39,8 +45,21 @@ class WallClockDeadlinePool(AsyncioConditionPool):
             return self._taken(self._free.popleft())
 
 
-def test_wall_clock_deadlines_expire_with_the_controlled_loop() -> None:
-    config = ScenarioConfig(WallClockDeadlinePool, True)
+class DefaultClockPool(WallClockDeadlinePool):
+    """Correct: the same, its deadline on a clock passed in (``clock=time.monotonic``, bound when
+    the function was defined; see ``test_bound_clocks``)."""
+
+    def __init__(self, *args: Any, clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._now = clock
+
+    def _clock(self) -> float:
+        return self._now()
+
+
+@pytest.mark.parametrize("pool", [WallClockDeadlinePool, DefaultClockPool])
+def test_wall_clock_deadlines_expire_with_the_controlled_loop(pool: type) -> None:
+    config = ScenarioConfig(pool, True)
     for scheduler in (PCTScheduler(seed=1), RandomScheduler(seed=1)):
         result = search(config, scheduler, max_executions=150, shrink=False)
         assert result.failure is None, result.failure.describe()
