@@ -33,6 +33,17 @@ from kvstress.mutants._mutants_async import AsyncUnshieldedReleasePool as AsyncU
 from kvstress.mutants._mutants_asyncio import (
     AsyncioConditionDropsNotifyPool as AsyncioConditionDropsNotifyPool,
 )
+from kvstress.mutants._mutants_asyncio import AsyncioConditionIfNotWhilePool as AsyncioConditionIfNotWhilePool
+from kvstress.mutants._mutants_asyncio import (
+    AsyncioLockEventRearmedTimeoutPool as AsyncioLockEventRearmedTimeoutPool,
+)
+from kvstress.mutants._mutants_asyncio import AsyncioQueueAwaitAfterGetPool as AsyncioQueueAwaitAfterGetPool
+from kvstress.mutants._mutants_asyncio import (
+    AsyncioSemaphoreTakeThenYieldPool as AsyncioSemaphoreTakeThenYieldPool,
+)
+from kvstress.mutants._mutants_asyncio import (
+    AsyncioSemaphoreUnusedReleasePool as AsyncioSemaphoreUnusedReleasePool,
+)
 from kvstress.mutants._mutants_batch import AsyncBatchCancelLeakPool as AsyncBatchCancelLeakPool
 from kvstress.mutants._mutants_batch import BatchPartialGrantLeakPool as BatchPartialGrantLeakPool
 from kvstress.mutants._mutants_batch import BatchShortGrantPool as BatchShortGrantPool
@@ -56,19 +67,6 @@ from kvstress.mutants._mutants_ordinary import (
     AnyioSemaphoreUnitPerReferencePool as AnyioSemaphoreUnitPerReferencePool,
 )
 from kvstress.mutants._mutants_ordinary import AnyioStreamGiveUpForgetsPool as AnyioStreamGiveUpForgetsPool
-from kvstress.mutants._mutants_ordinary import (
-    AsyncioConditionIfNotWhilePool as AsyncioConditionIfNotWhilePool,
-)
-from kvstress.mutants._mutants_ordinary import (
-    AsyncioLockEventRearmedTimeoutPool as AsyncioLockEventRearmedTimeoutPool,
-)
-from kvstress.mutants._mutants_ordinary import AsyncioQueueAwaitAfterGetPool as AsyncioQueueAwaitAfterGetPool
-from kvstress.mutants._mutants_ordinary import (
-    AsyncioSemaphoreTakeThenYieldPool as AsyncioSemaphoreTakeThenYieldPool,
-)
-from kvstress.mutants._mutants_ordinary import (
-    AsyncioSemaphoreUnusedReleasePool as AsyncioSemaphoreUnusedReleasePool,
-)
 from kvstress.mutants._mutants_ordinary import AsyncPollingUncappedPool as AsyncPollingUncappedPool
 from kvstress.mutants._mutants_ordinary import (
     DeferredResetOfferFirstTaskPool as DeferredResetOfferFirstTaskPool,

@@ -25,7 +25,14 @@ from kvstress.mutants._mutants_async import (
     AsyncTryOncePool,
     AsyncUnshieldedReleasePool,
 )
-from kvstress.mutants._mutants_asyncio import AsyncioConditionDropsNotifyPool
+from kvstress.mutants._mutants_asyncio import (
+    AsyncioConditionDropsNotifyPool,
+    AsyncioConditionIfNotWhilePool,
+    AsyncioLockEventRearmedTimeoutPool,
+    AsyncioQueueAwaitAfterGetPool,
+    AsyncioSemaphoreTakeThenYieldPool,
+    AsyncioSemaphoreUnusedReleasePool,
+)
 from kvstress.mutants._mutants_batch import (
     AsyncBatchCancelLeakPool,
     BatchPartialGrantLeakPool,
@@ -48,11 +55,6 @@ from kvstress.mutants._mutants_ordinary import (
     AnyioSemaphoreResetAfterOfferPool,
     AnyioSemaphoreUnitPerReferencePool,
     AnyioStreamGiveUpForgetsPool,
-    AsyncioConditionIfNotWhilePool,
-    AsyncioLockEventRearmedTimeoutPool,
-    AsyncioQueueAwaitAfterGetPool,
-    AsyncioSemaphoreTakeThenYieldPool,
-    AsyncioSemaphoreUnusedReleasePool,
     AsyncPollingUncappedPool,
     DeferredResetOfferFirstTaskPool,
     DeferredResetSilentOfferPool,
