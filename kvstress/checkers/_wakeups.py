@@ -61,14 +61,12 @@ def check_wakeups(
         # until it returned (and then for ``settle``, should it go back through a reset worker):
         # a cancelled acquire holds nothing after (the quiet checks' lost-block).
         handed = [
-            (op, op.end)
+            (op, op.end + settle if op.result == "cancelled" else op.end)
             for op in acquires
-            if op.end is not None and _gave_up(op) and op.start <= freed <= op.end
-        ]
-        handed += [
-            (op, op.end + settle)
-            for op in acquires
-            if op.end is not None and op.result == "cancelled" and op.end >= freed
+            if op.end is not None
+            and _gave_up(op)
+            and freed <= op.end
+            and (op.start <= freed or op.result == "cancelled")
         ]
         # Each batch still waiting once the block was freed, with its start and return.
         queued = [(op.start, op.end) for op in batches if op.end is not None and op.end >= freed]

@@ -263,10 +263,8 @@ def _swapped(
                     namespace[name] = swap[1]
                     undo.append((namespace, name, value, swap[1]))
                     continue
-                for function in _functions_of(module, value):
-                    _swap_defaults(function, swaps, undo)
-                if isinstance(value, type) and value.__module__ == module.__name__:
-                    _swap_class_attributes(value, swaps, undo)
+                if getattr(value, "__module__", None) == module.__name__:
+                    _swap_bound(value, swaps, undo)
                 if copier is not None:
                     at = (namespace, name, value)
                     _swap_made_at_import(module, names, at, (copier, made), undo, followed)
@@ -289,32 +287,27 @@ def _swapped(
                 setattr(place, name, real)
 
 
-def _functions_of(module: types.ModuleType, value: object) -> list[types.FunctionType]:
-    """The functions ``module`` defined under one global name: the function itself, or a
-    class's methods (static and class methods too)."""
+def _swap_bound(value: object, swaps: dict[int, tuple[object, object]], undo: list[_Undo]) -> None:
+    """Swap the real objects bound before the run by what a module defines (``value``): a
+    function's default arguments (``clock=time.monotonic``), and a class's methods' defaults
+    and its attributes (``_clock = time.monotonic``, also as a ``staticmethod``), in one pass."""
     if isinstance(value, types.FunctionType):
-        return [value] if value.__module__ == module.__name__ else []
-    if not isinstance(value, type) or value.__module__ != module.__name__:
-        return []
-    found = []
-    for member in vars(value).values():
-        member = getattr(member, "__func__", member)  # staticmethod, classmethod
-        if isinstance(member, types.FunctionType):
-            found.append(member)
-    return found
-
-
-def _swap_class_attributes(cls: type, swaps: dict[int, tuple[object, object]], undo: list[_Undo]) -> None:
-    """Swap the real objects a class keeps as attributes (``_clock = time.monotonic``, also as a
-    ``staticmethod``) for their stand-ins."""
-    for name, member in list(vars(cls).items()):
-        real = getattr(member, "__func__", member) if isinstance(member, staticmethod) else member
+        _swap_defaults(value, swaps, undo)
+        return
+    if not isinstance(value, type):
+        return
+    for name, member in list(vars(value).items()):
+        inner = getattr(member, "__func__", member)  # staticmethod, classmethod
+        if isinstance(inner, types.FunctionType):
+            _swap_defaults(inner, swaps, undo)
+            continue
+        real = inner if isinstance(member, staticmethod) else member
         swap = swaps.get(id(real))
         if swap is None or swap[0] is not real:
             continue
         stand_in = staticmethod(swap[1]) if isinstance(member, staticmethod) else swap[1]  # type: ignore[arg-type]
-        setattr(cls, name, stand_in)
-        undo.append((cls, name, member, stand_in))
+        setattr(value, name, stand_in)
+        undo.append((value, name, member, stand_in))
 
 
 def _swap_defaults(

@@ -156,19 +156,19 @@ class Operations:
         with self.ledger.lock:
             self.ledger.releasing[block_id] += 1
         try:
-            returned = await self._call(index, "release", self.pool.release, handle)
-        except Exception:
+            try:
+                returned = await self._call(index, "release", self.pool.release, handle)
+            except Exception:
+                raise
+            except BaseException:  # cancelled: settle the ledger by what the pool shows
+                self._settle_cancelled_release(holder, tenancy, handle, last, index)
+                raise
+            self.history.end(index, self._stamp(), "ok", returned, self._offer_deferred(returned, handle))
+            if returned is True:
+                with self.ledger.lock:
+                    self.ledger.returned[block_id] += 1
+        finally:
             self._release_over(block_id, handle)
-            raise
-        except BaseException:  # cancelled: settle the ledger by what the pool shows
-            self._settle_cancelled_release(holder, tenancy, handle, last, index)
-            self._release_over(block_id, handle)
-            raise
-        self.history.end(index, self._stamp(), "ok", returned, self._offer_deferred(returned, handle))
-        if returned is True:
-            with self.ledger.lock:
-                self.ledger.returned[block_id] += 1
-        self._release_over(block_id, handle)
         if self.sequential:
             checkers.check_release_result(block_id, returned, last)
             if not last:

@@ -100,10 +100,11 @@ class Coupling:
             # went), or taken again by an acquire begun after the release began. Units are
             # alike: the one it holds back may be the one another FREE block lacks (a semaphore
             # over a set of ids, where the acquirer took the block that release offered).
-            freeing = self._offered_units(p)
+            released = [(b, lo) for b, lo, end in self._freeing if lo <= p <= end]
+            freeing = self._offered_units(p, released)
             if not in_flight and not freeing:
                 continue
-            releasing = {b for b, lo, end in self._freeing if lo <= p <= end}
+            releasing = {b for b, _ in released}
             if self._surely_free[p] <= self._spare(p, [b for b, _ in in_flight], releasing) + freeing:
                 return True
             ended = bisect_right(self._handoffs, p)  # hand-offs that were over by p
@@ -114,14 +115,14 @@ class Coupling:
     def _surely_free_block(self, block: int, at: int) -> bool:
         return any(first <= at <= last for first, last in self._free_spans[block])
 
-    def _offered_units(self, at: int) -> int:
-        """How many releases in flight at ``at`` have surely offered their block there: all of a
-        block's where it is surely FREE; else as many as acquires of it returned after the
-        earliest of them began (each such take is a later tenancy, so one of them offered it)."""
+    def _offered_units(self, at: int, released: list[tuple[int, int]]) -> int:
+        """How many of the releases in flight at ``at`` (``released``: block, start) have surely
+        offered their block there: all of a block's where it is surely FREE; else as many as
+        acquires of it returned after the earliest of them began (each such take is a later
+        tenancy, so one of them offered it)."""
         starts: dict[int, list[int]] = {}
-        for block, lo, end in self._freeing:
-            if lo <= at <= end:
-                starts.setdefault(block, []).append(lo)
+        for block, lo in released:
+            starts.setdefault(block, []).append(lo)
         offered = 0
         for block, los in starts.items():
             if self._surely_free_block(block, at):
