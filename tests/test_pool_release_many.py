@@ -6,7 +6,7 @@ import anyio
 import pytest
 import torch
 
-from kvstress import AsyncBlockPool, ThreadedBlockPool
+from kvstress import AsyncBlockPool, BlockState, ThreadedBlockPool
 from kvstress.controlled import explore_threads, spawn
 from kvstress.pool import _storage, _threaded
 from kvstress.pool._core import ReleaseStep
@@ -63,6 +63,30 @@ def test_a_foreign_handle_changes_nothing() -> None:
     with pytest.raises(ValueError, match="block"):
         pool.release_many([mine, theirs])  # type: ignore[list-item]
     assert pool.free_count() == 1
+
+
+def test_a_changed_batch_is_read_handle_by_handle() -> None:
+    """acquire_many's list keeps its ids for release_many; once the list is changed (a handle
+    dropped, replaced, or one of another pool put in), each handle is read again, as for any list."""
+    pool, other = ThreadedBlockPool(6, (2,)), ThreadedBlockPool(2, (2,))
+    batch = pool.acquire_many(3)
+    assert batch is not None
+    kept = batch.pop()
+    assert pool.release_many(batch) == [True, True]
+    assert kept.state is BlockState.ACQUIRED and pool.free_count() == 5
+
+    batch = pool.acquire_many(2)
+    assert batch is not None
+    stranger = other.acquire(0)
+    batch[1] = stranger  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match="handed out by this pool"):
+        pool.release_many(batch)
+    batch[1] = kept
+    with pytest.raises(ValueError, match="handed out by this pool"):
+        other.release_many(batch)  # a whole batch of another pool
+    assert pool.release_many(batch) == [True, True]
+    assert pool.release_many(batch) == [False, False]  # the same batch again: a double release
+    assert pool.free_count() == 5 and other.free_count() == 1
 
 
 def test_non_contiguous_ids_are_zeroed_by_an_indexed_fill() -> None:

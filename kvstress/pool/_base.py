@@ -20,7 +20,7 @@ from kvstress._checks import (
     resolve_device,
 )
 from kvstress._log import get_logger
-from kvstress.pool._block import Block
+from kvstress.pool._block import Block, BlockBatch
 from kvstress.pool._core import PoolCore, ReleaseStep
 from kvstress.pool._leaks import LeakDetection, LeakSuspect, LeakTracker
 from kvstress.pool._state import BlockState
@@ -203,7 +203,7 @@ class PoolBase:
             self._core.leaks.scan(now)
         return self._handle(block_id)
 
-    def _handed_out_many(self, block_ids: list[int], now: float) -> list[Block]:
+    def _handed_out_many(self, block_ids: list[int], now: float) -> BlockBatch:
         """``_handed_out`` for a batch the core just handed out: one leak scan, one stream wait
         per distinct reset event, one handle per block."""
         core, storage = self._core, self._storage
@@ -214,7 +214,8 @@ class PoolBase:
         count = len(block_ids)  # the core gave the whole batch one tenancy: one generation
         generation = core.generations[block_ids[0]] if count else 0
         cores, storages, generations = repeat(core, count), repeat(storage, count), repeat(generation, count)
-        return list(map(Block, cores, storages, block_ids, generations))
+        handles = list(map(Block, cores, storages, block_ids, generations))
+        return BlockBatch(core, handles, block_ids, generation)
 
     def _handle(self, block_id: int) -> Block:
         storage = self._storage
@@ -234,6 +235,10 @@ class PoolBase:
         """The ids and the generations of the blocks; raises, as ``_unwrap``, before anything
         changes."""
         core, count = self._core, len(blocks)
+        if type(blocks) is BlockBatch:  # a batch as acquire_many gave it: its kept ids
+            kept = blocks.kept(core)
+            if kept is not None:
+                return kept
         # the hot path, by C-level passes: every handle exactly a Block of this pool
         if list(map(type, blocks)).count(Block) == count and list(map(_core_of, blocks)).count(core) == count:
             return list(map(_id_of, blocks)), list(map(_generation_of, blocks))

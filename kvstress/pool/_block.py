@@ -50,3 +50,29 @@ class Block:
 
     def __repr__(self) -> str:
         return f"<Block {self.id} {self.state.name} refcount={self.refcount} gen={self.generation}>"
+
+
+class BlockBatch(list[Block]):
+    """What ``acquire_many`` returns: a plain list of the batch's handles that also keeps their
+    ids and their one generation.
+
+    While the list still holds exactly the handles it was made with, in their order,
+    ``mark_in_use_many`` and ``release_many`` read the kept ids instead of each handle (a
+    table's bookkeeping in one comparison). Once it is changed (an append, a slice assigned, a
+    handle replaced) they read the handles, as for any other list.
+    """
+
+    __slots__ = ("_core", "_gens", "_handles", "_ids")
+
+    def __init__(self, core: PoolCore, handles: list[Block], block_ids: list[int], generation: int) -> None:
+        super().__init__(handles)
+        self._core = core
+        self._handles = handles  # the batch as made: never handed to anyone else
+        self._ids = block_ids
+        self._gens = [generation] * len(block_ids)
+
+    def kept(self, core: PoolCore) -> tuple[list[int], list[int]] | None:
+        """The kept ids and generations, where the list is unchanged and from ``core``'s pool."""
+        if self._core is core and self == self._handles:  # identity per element: one C pass
+            return self._ids, self._gens
+        return None

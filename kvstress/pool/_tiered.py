@@ -26,7 +26,7 @@ from kvstress._checks import (
 )
 from kvstress.pool._async import AsyncBlockPool
 from kvstress.pool._base import PoolBase
-from kvstress.pool._block import Block
+from kvstress.pool._block import Block, BlockBatch
 from kvstress.pool._leaks import LeakDetection, LeakTracker
 from kvstress.pool._threaded import ThreadedBlockPool
 from kvstress.pool._tiered_core import TieredCore
@@ -92,7 +92,7 @@ class _Tiers(PoolBase):
         storage.shrink_idle(self._now(), self.idle_shrink_s)
         return super()._handed_out(block_id, now)
 
-    def _handed_out_many(self, block_ids: list[int], now: float) -> list[Block]:
+    def _handed_out_many(self, block_ids: list[int], now: float) -> BlockBatch:
         # As _handed_out, for a batch: every block's memory exists before any handle is seen,
         # and a segment that cannot be allocated puts the whole batch back (all or nothing).
         storage, lent = self._storage, 0
