@@ -11,7 +11,7 @@ from kvstress.controlled._baton import hot_lines
 from kvstress.fuzz import fuzz
 from kvstress.fuzz._naive import naive_time
 from kvstress.fuzz._replay import replay_report
-from kvstress.fuzz._slices import run_slice
+from kvstress.fuzz._slices import DELAY_FIRST, run_slice
 from kvstress.fuzz._target import load_target
 from kvstress.reports import load_report
 from kvstress.scenarios._motifs import motifs
@@ -33,6 +33,14 @@ def test_the_delay_strategy_finds_a_one_delay_race_in_its_hot_round(name: str, w
     assert result.finding is not None, name
     assert result.finding.violation.invariant in ("lost-block", "refcount", "crash", "queue-corruption")
     assert result.executions <= within, result.executions
+
+
+def test_the_delay_strategy_opens_with_each_motifs_first_plans() -> None:
+    """A race that needs one cold delay (a notify spent on a waiter whose timeout expires at the
+    same instant) falls to the opening round, before any motif's long hot round."""
+    result = run_slice("delay", _target("ThreadConditionTimedOutDropsNotifyPool"), 0, 30.0, memo={})
+    assert result.finding is not None and result.finding.violation.invariant == "lost-wakeup"
+    assert result.executions <= len(motifs(2, False)) * DELAY_FIRST, result.executions
 
 
 @pytest.mark.parametrize("name", ["CondvarPool", "ThreadSemaphorePool", "PollingCasPool"])

@@ -37,10 +37,16 @@ SHORT_STRESS_S = 0.5
 """A stress slice shorter than this runs only the motifs: one drawn scenario waits out its
 timeouts for longer than the whole slice."""
 DELAY_BOUND = 2  # delays per interleaving of a motif
+DELAY_FIRST = 4
+"""Executions per motif in the delay strategy's opening round: each motif's first plans, hot or
+cold, before any motif's hot round (a race that needs one cold delay, at a time jump, falls to
+it in the first second)."""
 DELAY_HOT_CAP = 64
-"""Executions per motif in the delay strategy's first round, which runs hot plans only."""
+"""Executions per motif in the delay strategy's hot round, which runs hot plans only."""
 DELAY_CAP = 16
-"""Executions per motif in the delay strategy's second round; each later round doubles it."""
+"""Executions per motif in the delay strategy's first round after the hot one; each later round
+doubles it."""
+_HOT_ROUND = 1  # the round that runs hot plans only; round 0 is the opening
 MACHINE_HANG_BOUND = 1.0  # seconds; a hung pool costs this per hang, and shrinking replays it
 MACHINE_EXAMPLES = 10  # examples per Hypothesis run within a slice
 MACHINE_SHRINK_CAP_S = 30.0
@@ -173,12 +179,13 @@ class _MotifSearch:
 
 def _delay(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]) -> SliceResult:
     """Delay-bounded search over the motifs, round-robin, going on where the previous slice of
-    the run left it. The first round runs each motif's one-delay hot plans (a switch at a
-    hinted decision: a lost-update or check-then-act window), up to ``DELAY_HOT_CAP`` runs, or,
-    for a motif without hints (async pools give none), its first ``DELAY_CAP`` plans; the
-    slice that runs it ends with it; then each round gives every motif twice the executions
-    of the last, from ``DELAY_CAP``. Once every motif is exhausted (every interleaving with up
-    to ``DELAY_BOUND`` delays has run), a slice returns at once."""
+    the run left it. The opening round runs each motif's first ``DELAY_FIRST`` plans; the hot
+    round its one-delay hot plans (a switch at a hinted decision: a lost-update or
+    check-then-act window), up to ``DELAY_HOT_CAP`` runs, or, for a motif without hints (async
+    pools give none), its next ``DELAY_CAP`` plans; the slice that runs them ends with them;
+    then each round gives every motif twice the executions of the last, from ``DELAY_CAP``.
+    Once every motif is exhausted (every interleaving with up to ``DELAY_BOUND`` delays has
+    run), a slice returns at once."""
     state = memo.get("delay")
     if not isinstance(state, _MotifSearch):
         base = scenario_config(target)
@@ -189,14 +196,19 @@ def _delay(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any])
         state = memo["delay"] = _MotifSearch(searches)
     start = time.monotonic()
     result = SliceResult()
-    hot_round = state.round == 0  # a slice that starts it ends with it: the hot plans are the cheap ones
+    # A slice that starts the opening or the hot round ends with the hot round: they are cheap.
+    first_rounds = state.round <= _HOT_ROUND
     while state.searches and (left := budget_s - (time.monotonic() - start)) > 0:
-        if hot_round and state.round > 0:
+        if first_rounds and state.round > _HOT_ROUND:
             break
         config, scheduler = state.searches[state.next]
-        hot_only = state.round == 0
+        hot_only = state.round == _HOT_ROUND
         scheduler.max_cold, scheduler.max_delays = (0, 1) if hot_only else (None, None)
-        cap = DELAY_HOT_CAP if state.round == 0 else DELAY_CAP << min(state.round - 1, 16)
+        cap = (
+            (DELAY_FIRST, DELAY_HOT_CAP)[state.round]
+            if first_rounds
+            else DELAY_CAP << min(state.round - 2, 16)
+        )
         began = time.monotonic() - start
         found = search(config, scheduler, max_executions=cap, budget_s=left)
         if hot_only and found.failure is None and found.executions <= 1 and not scheduler.exhausted:
