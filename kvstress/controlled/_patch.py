@@ -181,23 +181,6 @@ def _loaded(name: str) -> types.ModuleType | None:
     return None
 
 
-def uses_api(module: types.ModuleType, api: frozenset[str]) -> bool:
-    """Whether ``module`` imports one of the ``api`` modules (or a submodule of one), or anything
-    defined in one (a class, a function): what its code may make or call while it runs."""
-    for value in list(vars(module).values()):
-        name: object
-        if isinstance(value, types.ModuleType):
-            name = value.__name__
-        else:
-            try:
-                name = getattr(value, "__module__", None)
-            except Exception:  # an object whose attributes raise names no module
-                continue
-        if isinstance(name, str) and (name in api or name.partition(".")[0] in api):
-            return True
-    return False
-
-
 def source_files(modules: Iterable[types.ModuleType]) -> frozenset[str]:
     """The source files of ``modules`` (the names the trace hook sees), skipping built-ins."""
     return frozenset(f for m in modules if (f := getattr(m, "__file__", None)) and f.endswith(".py"))
@@ -280,7 +263,7 @@ def _swapped(
             if isinstance(place, dict):
                 if place.get(name) is stand_in:
                     place[name] = real
-            elif isinstance(place, types.FunctionType):
+            elif isinstance(place, (types.FunctionType, types.CellType)):
                 if getattr(place, name) is stand_in:
                     setattr(place, name, real)
             elif vars(place).get(name) is stand_in:
@@ -313,9 +296,11 @@ def _swap_bound(value: object, swaps: dict[int, tuple[object, object]], undo: li
 def _swap_defaults(
     function: types.FunctionType, swaps: dict[int, tuple[object, object]], undo: list[_Undo]
 ) -> None:
-    """Swap the real objects among ``function``'s default arguments for their stand-ins: a
-    default is bound when the function is defined (``clock=time.monotonic``, a
-    ``lock_factory=threading.Lock``), so swapping the module's names does not reach it."""
+    """Swap the real objects among ``function``'s default arguments and the variables it closes
+    over for their stand-ins: a default is bound when the function is defined
+    (``clock=time.monotonic``, a ``lock_factory=threading.Lock``), and so is a closed-over one
+    (a dataclass's ``field(default_factory=threading.Condition)`` is one of its ``__init__``), so
+    swapping the module's names reaches neither."""
 
     def stand_in(value: object) -> object:
         swap = swaps.get(id(value))
@@ -327,6 +312,15 @@ def _swap_defaults(
         if any(new is not old for new, old in zip(swapped, defaults, strict=True)):
             function.__defaults__ = swapped
             undo.append((function, "__defaults__", defaults, swapped))
+    for cell in function.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            continue
+        new = stand_in(value)
+        if new is not value:
+            cell.cell_contents = new
+            undo.append((cell, "cell_contents", value, new))
     keywords = function.__kwdefaults__
     if keywords:
         swapped_keywords = {name: stand_in(value) for name, value in keywords.items()}

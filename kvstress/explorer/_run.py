@@ -10,7 +10,6 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import inspect
-import sys
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,7 +17,8 @@ from typing import Any
 
 from kvstress.controlled import SchedulerExhausted, SchedulerMisbehaved, run_controlled
 from kvstress.controlled._baton import ThreadController
-from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files, uses_api
+from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files
+from kvstress.controlled._reach import reached_modules
 from kvstress.schedulers import Schedule, ScheduleDivergence, Scheduler
 
 # The pools' own modules are always cooperative on the baton: their locks must be the baton's,
@@ -57,53 +57,28 @@ def thread_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[t
     return resolve_modules((underlying(fn), *modules, *POOL_MODULES))
 
 
-# Top-level packages never made cooperative on the test's behalf: the harness and the libraries
-# it stands on (their locks guard their own machinery, shared with threads outside the baton).
-_INFRASTRUCTURE = frozenset(
-    {
-        "kvstress", "_pytest", "pytest", "pluggy", "xdist", "execnet", "pytest_asyncio", "anyio",
-        "sniffio", "trio", "outcome", "hypothesis", "torch", "numpy", "structlog", "rich",
-    }
-)  # fmt: skip
-THREAD_API = frozenset({"threading", "queue", "_thread", "concurrent"})
-ASYNC_API = frozenset({"asyncio"})
+THREAD_API = frozenset({"threading", "queue", "_thread", "concurrent", "time"})
+ASYNC_API = frozenset({"asyncio", "time"})
 
 
 def used_modules(
     fn: Callable[..., Any], known: Iterable[types.ModuleType], api: frozenset[str] = THREAD_API
 ) -> tuple[types.ModuleType, ...]:
-    """The modules of what a test's module refers to (its imported classes, functions and
-    modules, with their classes' bases) that use ``api`` themselves: a pool or a serving loop
-    the test imports from the user's own package. The standard library, the harness and the
-    libraries it stands on are left alone (``kvstress.mutants`` is a pool like any).
+    """The modules a test's module reaches (``reached_modules``: what it imports, and through
+    the user's own code what that imports) that use ``api`` themselves: a pool or a serving loop
+    the test imports from the user's own package, and the free list or the clock helper that
+    pool imports in turn. ``known`` ones are left out.
 
     For a threaded test they are made cooperative (not traced), so the locks and conditions
     their code makes while the test runs are the baton's: a thread waiting on a real one would
     hold the baton and wait out its timeout alone, and a correct pool would answer None. For an
-    async test (``ASYNC_API``) the asyncio primitives they made at import get fresh copies for
-    each schedule's loop, as the test's own module's do."""
-    seen = {module.__name__ for module in known}
-    found: dict[str, types.ModuleType] = {}
-    for value in list(vars(inspect.getmodule(underlying(fn)) or types.ModuleType("_")).values()):
-        if isinstance(value, types.ModuleType):
-            candidates = [value]
-        elif isinstance(value, type) or inspect.isfunction(value):
-            try:
-                candidates = list(resolve_modules([value]))
-            except ValueError:
-                continue
-        else:
-            continue
-        for module in candidates:
-            name = module.__name__
-            top = name.partition(".")[0]
-            if name in seen or name in found or top in sys.stdlib_module_names:
-                continue
-            if top in _INFRASTRUCTURE and not name.startswith("kvstress.mutants"):
-                continue
-            if uses_api(module, api):
-                found[name] = module
-    return tuple(found.values())
+    async test (``ASYNC_API``) their clocks read the loop and the asyncio primitives they made
+    at import get fresh copies for each schedule's loop, as the test's own module's do."""
+    module = inspect.getmodule(underlying(fn))
+    if module is None:
+        return ()
+    seen = {known_module.__name__ for known_module in known}
+    return tuple(found for found in reached_modules([module], api) if found.__name__ not in seen)
 
 
 def loop_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[types.ModuleType, ...]:

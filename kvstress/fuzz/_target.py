@@ -20,7 +20,8 @@ import anyio
 import torch
 
 from kvstress._checks import check_block_shape, check_num_blocks
-from kvstress.controlled._patch import class_module_names
+from kvstress.controlled._patch import resolve_modules
+from kvstress.controlled._reach import reached_modules
 from kvstress.harness._driver import PROTOCOL, is_async_factory
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -41,8 +42,10 @@ class FuzzTarget:
     num_blocks: int = 2
     block_shape: tuple[int, ...] = (2, 4)
     backend: str = "asyncio"  # async pools: the event loop library
-    # The modules of the built pool's class and its bases: the code under test even where the
-    # factory is a function in another module, or a functools.partial.
+    # The modules of the built pool's class and its bases, and of the factory: the code under
+    # test even where the factory is a function in another module, or a functools.partial; and
+    # the user's modules they reach that make primitives or read the clock (``reached_modules``:
+    # a free list, a block class, a deadline helper of their own).
     pool_modules: tuple[str, ...] = ()
 
     @property
@@ -91,7 +94,8 @@ def load_target(
     is_async = inspect.iscoroutinefunction(pool.acquire)
     if is_async:
         _check_backend(spec, factory, blocks, shape, backend)
-    pool_modules = tuple(class_module_names(type(pool)))
+    roots = resolve_modules((type(pool), factory))
+    pool_modules = tuple(module.__name__ for module in (*roots, *reached_modules(roots)))
     return FuzzTarget(spec, factory, is_async, blocks, shape, backend, pool_modules)
 
 

@@ -21,6 +21,7 @@ from kvstress._checks import check_block_shape, check_dtype, check_num_blocks
 from kvstress._violation import BlockRecord, InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled._patch import own_loop_primitives, resolve_modules
+from kvstress.controlled._reach import reached_modules
 from kvstress.harness._cpu import watch_gc, watch_stalls
 from kvstress.harness._dump import dump_blocks
 from kvstress.harness._history import History
@@ -80,7 +81,8 @@ class PoolDriver(Scenarios):
         kwargs = {"dtype": check_dtype(dtype), "device": device}
         self._own = contextlib.ExitStack()
         if is_async_factory(factory) and backend == "asyncio":  # this example's loop is a new one
-            self._own.enter_context(own_loop_primitives(resolve_modules((factory,))))
+            roots = resolve_modules((factory,))
+            self._own.enter_context(own_loop_primitives((*roots, *reached_modules(roots))))
         if is_async_factory(factory):
             self.loop = LoopThread(backend, backend_options)
             self.pool = self._build(lambda: self.loop.call(lambda: factory(*args, **kwargs), 30), factory)  # type: ignore[union-attr]

@@ -13,7 +13,8 @@ import anyio
 
 from kvstress import checkers
 from kvstress._violation import InvariantViolation
-from kvstress.controlled._patch import resolve_modules, uses_api
+from kvstress.controlled._patch import resolve_modules
+from kvstress.controlled._reach import uses_api
 from kvstress.harness._batch_ops import BatchOperations
 from kvstress.harness._runner import CallHung, run_to_completion
 
