@@ -3,10 +3,12 @@
 The stock loop runs all ready callbacks in FIFO order and sleeps in ``select`` until the next
 timer. This loop runs one callback at a time and asks the scheduler which: ready callbacks are
 grouped into lanes, one lane per asyncio task (its steps and wake-ups, numbered 1, 2, ... in
-creation order) and lane 0 for plain callbacks (future callbacks, timers, ``call_soon``). Each
-lane stays FIFO; which lane goes next is the scheduler's choice, asked only when two or more
-lanes are ready. Time is virtual: ``time()`` only moves when nothing is ready, and then jumps
-to the earliest timer, so ``asyncio.sleep(30)`` costs microseconds and lands at exactly +30.
+creation order, and the plain callbacks its steps queue with ``call_soon``: on any asyncio loop
+those run before the task's next step) and lane 0 for the other plain callbacks (timers, future
+callbacks queued outside a task's step). Each lane stays FIFO; which lane goes next is the
+scheduler's choice, asked only when two or more lanes are ready. Time is virtual: ``time()``
+only moves when nothing is ready, and then jumps to the earliest timer, so ``asyncio.sleep(30)``
+costs microseconds and lands at exactly +30.
 
 Because lanes interleave freely, this loop runs orders that plain asyncio's FIFO would produce
 only under some I/O timing. A program that relies on the FIFO itself (for example, "after
@@ -106,6 +108,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_threads = 0  # calls running in a thread (run_in_executor, anyio's) not yet back
         self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
+        self._kv_origin: dict[asyncio.Handle, int] = {}  # a plain callback a task queued -> its lane
         super().__init__()  # first: BaseEventLoop.__del__ needs its fields even if we raise below
         try:
             _check_options(max_steps, start_time)
@@ -141,6 +144,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self.is_closed():
             raise RuntimeError("Event loop is closed")
         entry = _entry(self, callback, args, context)
+        if self._current and not isinstance(getattr(callback, "__self__", None), asyncio.Task):
+            # A plain callback a task's step queues runs before that task's next step in every
+            # asyncio run (one FIFO queue): it joins the task's lane. A timeout that is already
+            # due (``timeout_at`` a past deadline) or a cancel scope's delivery then lands at
+            # the task's next await, as it does on a real loop.
+            self._kv_origin[entry[0]] = self._current
         self._kv_ready.append(entry)
         self._kv_arm()
         return entry[0]
@@ -232,6 +241,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_ready.clear()
         self._kv_inbox.clear()
         self._kv_timers.clear()
+        self._kv_origin.clear()
 
     # -- the pump -------------------------------------------------------------------------------
 
@@ -298,6 +308,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         """Take the oldest callback of the lane the scheduler picks (None: look again)."""
         if self._scheduler_failed:
             entry = ready.popleft()
+            self._kv_origin.pop(entry[0], None)
             return None if entry[0].cancelled() else entry
         heads = self._lane_heads(ready)
         if heads is None:
@@ -306,9 +317,11 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._current = lane
         index = heads[lane]
         if index == 0:
-            return ready.popleft()
-        entry = ready[index]
-        del ready[index]
+            entry = ready.popleft()
+        else:
+            entry = ready[index]
+            del ready[index]
+        self._kv_origin.pop(entry[0], None)
         return entry
 
     def _lane_heads(self, ready: collections.deque[_Entry]) -> dict[int, int] | None:
@@ -318,8 +331,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if entry[0].cancelled():
                 for dead in [entry for entry in ready if entry[0].cancelled()]:
                     ready.remove(dead)
+                    self._kv_origin.pop(dead[0], None)
                 return None  # the indexes moved
-            lane = self._lane_of(entry[1])
+            lane = self._kv_origin.get(entry[0]) or self._lane_of(entry[1])
             if lane not in heads:
                 heads[lane] = index
         return heads
