@@ -679,3 +679,8 @@ def test_lock_never_released_is_a_deadlock_naming_its_holder() -> None:
         run(main)
     assert info.value.wait_for == {"main": ("Lock#1 held by forgetful", "forgetful")}
     assert info.value.cycle == ()
+
+
+def test_the_cooperative_wall_clock_is_the_real_one_outside_a_run() -> None:
+    """Outside a controlled thread ``time.time`` of a cooperative module is the real wall clock."""
+    assert abs(_coop.time() - time.time()) < 1.0

@@ -391,8 +391,10 @@ _EPOCH = _time.time()
 
 
 def time() -> float:
-    """Wall-clock seconds: the epoch at import plus virtual seconds."""
-    return _EPOCH + _clock()
+    """Wall-clock seconds: the epoch at import plus virtual seconds (outside a controlled
+    thread: the real wall clock)."""
+    controller = active_controller()
+    return _time.time() if controller is None else _EPOCH + controller.now
 
 
 def time_ns() -> int:

@@ -75,8 +75,8 @@ class _ModuleProxy(types.ModuleType):
         return getattr(self.__real, name)
 
 
-def _loop_time() -> float:
-    """The running controlled loop's (or trio run's) clock; the real clock anywhere else."""
+def _virtual_now() -> float | None:
+    """The running controlled loop's (or trio run's) clock; None anywhere else."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -84,8 +84,14 @@ def _loop_time() -> float:
         if trio is not None:
             with contextlib.suppress(RuntimeError):
                 return float(trio.current_time())
-        return time.monotonic()
-    return loop.time() if isinstance(loop, ControlledEventLoop) else time.monotonic()
+        return None
+    return loop.time() if isinstance(loop, ControlledEventLoop) else None
+
+
+def _loop_time() -> float:
+    """The running controlled loop's (or trio run's) clock; the real clock anywhere else."""
+    now = _virtual_now()
+    return time.monotonic() if now is None else now
 
 
 def _loop_time_ns() -> int:
@@ -99,8 +105,10 @@ this plus its virtual time (and off a controlled loop, the real one)."""
 
 def _loop_wall_time() -> float:
     """``time.time()`` that moves with the controlled loop's virtual clock, so a deadline kept
-    on the wall clock expires with the loop's timeouts (off such a loop: the real one)."""
-    return _WALL_EPOCH + _loop_time()
+    on the wall clock expires with the loop's timeouts (off such a loop: the real one, read
+    afresh: the wall clock may be set while the process runs)."""
+    now = _virtual_now()
+    return time.time() if now is None else _WALL_EPOCH + now
 
 
 def _loop_wall_time_ns() -> int:
