@@ -265,6 +265,21 @@ def test_executor_workers_and_thread_subclasses_are_controlled(
     assert threading.Thread.start is REAL_START  # restored after the runs
 
 
+def test_a_thread_keeps_the_name_its_code_gave_it() -> None:
+    """``threading.current_thread().name`` inside an explored thread reads the name the test gave."""
+
+    def main() -> None:
+        seen: list[str] = []
+        worker = threading.Thread(
+            target=lambda: seen.append(threading.current_thread().name), name="decoder-0"
+        )
+        worker.start()
+        worker.join()
+        assert seen == ["decoder-0"], seen
+
+    assert explore(main, schedules=3, seed=0).schedules >= 1
+
+
 @pytest.mark.parametrize(
     ("options", "named"),
     [

@@ -278,9 +278,10 @@ class ThreadController:
     def _start(self, target: Callable[[], Any], name: str | None, daemon: bool = False) -> ControlledThread:
         thread = ControlledThread(len(self.threads), name or f"t{len(self.threads)}", target, daemon)
         self.threads.append(thread)
-        os_thread = threading.Thread(
-            target=self._bootstrap, args=(thread,), name=f"kvstress-t{thread.tid}", daemon=True
-        )
+        # The name the code under test gave its thread, as ``threading.current_thread().name``
+        # reads it there (a log line, a per-thread registry); else one a stack dump tells apart.
+        os_name = name if name and thread.tid else f"kvstress-t{thread.tid}"
+        os_thread = threading.Thread(target=self._bootstrap, args=(thread,), name=os_name, daemon=True)
         _OS_START(os_thread)  # the real start, even while Thread.start follows subclasses (_coop)
         return thread
 
