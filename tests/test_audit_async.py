@@ -257,3 +257,28 @@ def test_task_cancel_of_a_waiting_acquire_is_recorded_and_silent() -> None:
         assert acquires[1].result == "CancelledError: "
 
     run("asyncio", body)
+
+
+def test_an_explored_run_names_the_violation_a_dead_task_hit_not_the_deadlock_after() -> None:
+    """A worker task dies of a double release and the test then waits for it forever: the
+    explored failure is the violation at the faulty call, with the deadlock noted after it."""
+
+    async def main() -> None:
+        pool = kvstress.audit(kvstress.AsyncBlockPool(1, (2,)))
+        done = asyncio.Event()
+
+        async def worker() -> None:
+            block = await pool.acquire()
+            assert block is not None
+            await pool.release(block)
+            await pool.release(block)  # the bug: raises here, and the task dies
+            done.set()
+
+        task = asyncio.create_task(worker())
+        await done.wait()
+        await task
+
+    with pytest.raises(InvariantViolation) as caught:
+        kvstress.explore(main, schedules=3, seed=0)
+    assert caught.value.invariant == "double-release"
+    assert any("then failed with Deadlock" in note for note in caught.value.__notes__)

@@ -8,6 +8,8 @@ ledger update can never be interleaved with another task's.
 
 from __future__ import annotations
 
+import collections
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +22,31 @@ from kvstress.audit._report import block_table, capture_stack, describe_lease, l
 from kvstress.pool._state import HELD_STATES
 
 _HANDLE_CALLS = frozenset({"acquire_many", "mark_in_use_many"})
+
+# Each audit's first violation, numbered in the order found, the latest few only: an explored
+# run that fails otherwise (a deadlock once a worker died of the violation) names it instead.
+_FOUND: collections.deque[tuple[int, InvariantViolation]] = collections.deque(maxlen=16)
+_SERIAL = itertools.count(1)
+_last = 0
+
+
+def violations_mark() -> int:
+    """A mark to pass to ``first_violation_since``: the number of the latest violation so far."""
+    return _last
+
+
+def first_violation_since(mark: int) -> InvariantViolation | None:
+    """The first violation any audit found after ``mark`` (``violations_mark``), if one did."""
+    return next((found for serial, found in list(_FOUND) if serial > mark), None)
+
+
+def _record(found: InvariantViolation) -> None:
+    global _last
+    serial = next(_SERIAL)
+    _FOUND.append((serial, found))
+    _last = serial
+
+
 """The pool's own calls that take or return block handles: never forwarded unaudited (the audit
 has ``acquire_many`` where the pool has it; the others are absent, so callers fall back to the
 audited one-block calls)."""
@@ -321,6 +348,7 @@ class AuditCore:
         )
         if self._first is None:
             self._first = found
+            _record(found)
         return found
 
     def close(self) -> None:

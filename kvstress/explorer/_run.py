@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kvstress.audit._core import first_violation_since, violations_mark
 from kvstress.controlled import SchedulerExhausted, SchedulerMisbehaved, run_controlled
 from kvstress.controlled._baton import ThreadController
 from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files
@@ -177,6 +178,7 @@ def _loop(
     failure_types: tuple[type[BaseException], ...],
 ) -> Outcome:
     for done in range(limit):
+        mark = violations_mark()
         try:
             once()
         except SchedulerExhausted:
@@ -184,5 +186,25 @@ def _loop(
         except (ScheduleDivergence, SchedulerMisbehaved):
             raise
         except failure_types as failure:
-            return Outcome(done + 1, exhausted=False, failure=failure, schedule=scheduler.schedule())
+            cause = root_cause(failure, mark)
+            return Outcome(done + 1, exhausted=False, failure=cause, schedule=scheduler.schedule())
     return Outcome(limit, exhausted=False)
+
+
+def root_cause(failure: BaseException, mark: int) -> BaseException:
+    """The audit violation found in this run since ``mark``, if the run failed with something
+    else (a deadlock once the task that hit the violation died, a TaskGroup's error that
+    wraps a worker's): the faulty call comes first, and the failure it led to is noted on it."""
+    found = first_violation_since(mark)
+    if found is None or found is failure or _holds(failure, found):
+        return failure
+    summary = str(failure).strip().splitlines()[0] if str(failure).strip() else ""
+    found.add_note(f"kvstress: the run went on and then failed with {type(failure).__name__}: {summary}")
+    return found
+
+
+def _holds(failure: BaseException, found: BaseException) -> bool:
+    """Whether ``failure`` is an exception group that holds ``found``."""
+    if isinstance(failure, BaseExceptionGroup):
+        return any(inner is found or _holds(inner, found) for inner in failure.exceptions)
+    return False

@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
+from kvstress.audit._core import violations_mark
 from kvstress.controlled import ControlledEventLoop, SchedulerExhausted, SchedulerMisbehaved
 from kvstress.explorer._explore import failure_note, raise_failure
-from kvstress.explorer._run import BACKENDS, Outcome, search
+from kvstress.explorer._run import BACKENDS, Outcome, root_cause, search
 from kvstress.explorer._strategies import (
     check_schedules,
     check_strategy,
@@ -126,6 +127,7 @@ class ExploredTests:
             return asyncio.new_event_loop()
         try:
             loop = run.loop = ControlledEventLoop(scheduler)
+            run.audit_mark = violations_mark()
         except SchedulerExhausted:
             run.exhausted = True  # DFS ran every schedule: this copy's call is not made
             return asyncio.new_event_loop()
@@ -260,7 +262,8 @@ class ExploredTests:
         except _FAILURES as failure:
             run.runs += 1
             run.done = True
-            failed = Outcome(run.runs, exhausted=False, failure=failure, schedule=scheduler.schedule())
+            cause = root_cause(failure, run.audit_mark)
+            failed = Outcome(run.runs, exhausted=False, failure=cause, schedule=scheduler.schedule())
             # The schedule ends here (a replay holds no more choices): the teardown runs in order.
             run.loop.scheduler = _InOrder()
             raise_failure(failed, run.name, run.seed, run.limit, hint)

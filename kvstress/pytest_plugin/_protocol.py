@@ -60,6 +60,7 @@ class Run:
     on_loop: bool = False  # an asyncio test whose copies' loop pytest-asyncio takes from us
     loop: Any = None  # the controlled loop the copy being run was set up on (``on_loop``)
     exhausted: bool = False  # the strategy had no schedule left for the copy being set up
+    audit_mark: int = 0  # ``violations_mark`` as the copy being run was set up (``on_loop``)
 
 
 def run_schedules(item: pytest.Function, nextitem: pytest.Item | None, run: Run) -> None:
