@@ -72,10 +72,10 @@ def test_a_delay_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None
 
 
 def test_motifs_cover_the_protocol_pairs_and_grow_with_the_pool() -> None:
-    """Eight motifs for threads, ten with cancellation for async; on real time the two whose
+    """Nine motifs for threads, eleven with cancellation for async; on real time the two whose
     waiters park for a second of virtual time are left out; a larger pool is drained."""
-    assert len(motifs(2, False)) == 8 and len(motifs(2, True)) == 10
-    assert len(motifs(2, False, virtual=False)) == 7 and len(motifs(2, True, virtual=False)) == 8
+    assert len(motifs(2, False)) == 9 and len(motifs(2, True)) == 11
+    assert len(motifs(2, False, virtual=False)) == 8 and len(motifs(2, True, virtual=False)) == 9
     assert any(len(program) == 5 + 4 for m in motifs(4, False) for program in m.programs)
 
 

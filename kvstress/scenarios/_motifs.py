@@ -13,6 +13,8 @@ from the protocol alone, not from any pool's code:
 - two waiters, releases in a row (a notify that wakes one where two could go);
 - two tenancies of different blocks, taken and given back at once (free-queue and counter
   updates of unrelated blocks);
+- an acquirer paused inside its take while others take, give back and take again (ABA on a
+  free list's head);
 - for async pools: a waiter cancelled as its block is handed to it, alone, and with another
   waiter parked beside it that must then get the block;
 - a waiter whose deadline lands as its block is handed to it, with another parked beside it.
@@ -53,6 +55,10 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
         _of([*take_all, ("sleep", SETTLE), *give_all], [("sleep", SETTLE), waiter, ("release", None)]),
         _of([*take_all, ("sleep", SETTLE), *give_all], [waiter], [waiter]),
         _of([("acquire", 0.0), ("release", None)], [("acquire", 0.0), ("release", None)]),
+        # One acquirer preempted inside its take while another takes a block and gives it back
+        # and a third takes the next: the free list's head is the same block again, its link
+        # is not (ABA on a lock-free head compared by pointer alone).
+        _of([("acquire", 0.0)], [("acquire", 0.0), ("release", None)], [("acquire", 0.0)]),
     ]
     if is_async:
         found.append(
