@@ -34,6 +34,9 @@ class TimingPolicy:
     - ``unshown_settle``: the same wait on real time for a pool that has not shown it defers:
       a worker that began an offer needs no more to finish it, and a real bug found on real
       time is reported at once (shrinking it stays fast).
+    - ``virtual``: the checks run on a virtual clock (a controlled run): the slack is not
+      scaled by the machine's load (nothing on that clock depends on it, and a replay must
+      judge alike), and the messages say which clock they read.
     """
 
     slack: float = 0.25
@@ -47,11 +50,17 @@ class TimingPolicy:
     hang_bound: float = 5.0
     settle: float = 0.1
     unshown_settle: float = 0.01
+    virtual: bool = False
 
     def slack_now(self) -> float:
         """``slack`` scaled by how far the machine's cores are oversubscribed now (the load
-        average per core, at least 1): a loaded machine delays every thread, correct or not."""
-        return self.slack * load_factor()
+        average per core, at least 1): a loaded machine delays every thread, correct or not.
+        On a virtual clock, ``slack`` itself."""
+        return self.slack if self.virtual else self.slack * load_factor()
+
+    def slack_words(self, slack: float) -> str:
+        """How a message names the slack: load-aware on the wall clock, exact on a virtual one."""
+        return f"{slack:.3g} s (virtual clock)" if self.virtual else f"{slack:.3g} s (load-aware)"
 
     def backoff_bound_of(self, pool: object) -> float:
         """The pool's declared ``backoff_bound``, or the default when it declares none."""
@@ -77,16 +86,18 @@ def check_timeout(
     if not got_block and elapsed < timeout - policy.early_tolerance - policy.early_ratio * timeout:
         raise InvariantViolation(
             "timeout-early",
-            f"acquire(timeout={timeout:g}) returned None after {elapsed:.6f} s, before its timeout",
+            f"acquire(timeout={timeout:g}) returned None after {elapsed:.6f} s"
+            f"{' of virtual time' if policy.virtual else ''}, before its timeout",
         )
     slack = policy.slack_now()
     limit = timeout + backoff_bound + slack
     if elapsed_running > limit:
+        left_out = "time it sat ready but unscheduled" if policy.virtual else "garbage collection"
         raise InvariantViolation(
             "timeout-late",
-            f"acquire(timeout={timeout:g}) returned after {elapsed_running:.6f} s (garbage collection "
+            f"acquire(timeout={timeout:g}) returned after {elapsed_running:.6f} s ({left_out} "
             f"left out), past its deadline plus backoff bound {backoff_bound:g} s and slack "
-            f"{slack:.3g} s (load-aware)",
+            f"{policy.slack_words(slack)}",
         )
 
 
@@ -122,11 +133,11 @@ def check_woken(
         raise InvariantViolation(
             "lost-wakeup",
             f"a waiter timed out {waited_after_free:.4f} s after a block became free "
-            f"(allowed: backoff bound {backoff_bound:g} s + slack {slack:.3g} s, load-aware)",
+            f"(allowed: backoff bound {backoff_bound:g} s + slack {policy.slack_words(slack)})",
         )
     if waited_after_free > limit:
         raise InvariantViolation(
             "lost-wakeup",
             f"a waiter got its block {waited_after_free:.4f} s after it became free "
-            f"(allowed: backoff bound {backoff_bound:g} s + slack {slack:.3g} s, load-aware)",
+            f"(allowed: backoff bound {backoff_bound:g} s + slack {policy.slack_words(slack)})",
         )

@@ -54,7 +54,7 @@ from kvstress.schedulers import Scheduler
 MOTIF_SHARE = 0.2
 """The share of controlled executions that run a motif (``_motifs``) in place of a drawn scenario."""
 
-VIRTUAL_TIMING = TimingPolicy(slack=1e-6, early_tolerance=1e-6, early_ratio=0.0)
+VIRTUAL_TIMING = TimingPolicy(slack=1e-6, early_tolerance=1e-6, early_ratio=0.0, virtual=True)
 """Timing checks on the virtual clock: exact but for float rounding."""
 
 
