@@ -459,7 +459,9 @@ class ThreadController:
             self._fail_here(
                 TimeLimitExceeded(
                     f"virtual time would pass {self.max_time:g} s (the next deadline is {when:g} s): "
-                    "a thread keeps waiting or polling long past every timeout it was given"
+                    "a thread keeps waiting or polling long past every timeout it was given (or keeps "
+                    "its deadline on the real clock, in a module kvstress does not control: one "
+                    "imported inside a function; pass it in modules)"
                 )
             )
         if when > self.now:

@@ -405,7 +405,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self.max_time is not None and when > self._kv_start + self.max_time:
             raise TimeLimitExceeded(
                 f"virtual time would pass {self.max_time:g} s (next timer at {when:g} s): something "
-                "keeps waiting or polling long past every timeout it was given"
+                "keeps waiting or polling long past every timeout it was given (or keeps its "
+                "deadline on the real clock, in a module kvstress does not control: one imported "
+                "inside a function; pass it in modules)"
             )
         if when > self._kv_now:
             self._kv_now = when
