@@ -47,12 +47,8 @@ from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import run_to_completion
 from kvstress.harness._scenarios import Scenarios, first_violation, speaks_anyio
 from kvstress.linearize import check_history
-from kvstress.scenarios._motifs import motifs
 from kvstress.scenarios._programs import TIMEOUTS, Scenario, draw
 from kvstress.schedulers import Scheduler
-
-MOTIF_SHARE = 0.2
-"""The share of controlled executions that run a motif (``_motifs``) in place of a drawn scenario."""
 
 VIRTUAL_TIMING = TimingPolicy(slack=1e-6, early_tolerance=1e-6, early_ratio=0.0, virtual=True)
 """Timing checks on the virtual clock: exact but for float rounding."""
@@ -233,7 +229,7 @@ def blocks_of_failure(config: ScenarioConfig, ops: ScenarioOps) -> tuple[tuple[B
 def _thread_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
     controller = active_controller()
     assert controller is not None  # run_threads runs us
-    record.scenario = draw_scenario(config, controller.scheduler.next_u64(), motif_share=MOTIF_SHARE)
+    record.scenario = draw_scenario(config, controller.scheduler.next_u64())
     pool = build_pool(config)
     ops = record.ops = ScenarioOps(config, pool, lambda: controller.now)
     workers = [
@@ -250,7 +246,7 @@ async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
     # Once a run has failed, the tasks it cancels may raise again while asyncio shuts down;
     # the first failure is the finding, the rest is noise for the loop's default logger.
     loop.set_exception_handler(_ignore)
-    record.scenario = draw_scenario(config, loop.scheduler.next_u64(), motif_share=MOTIF_SHARE)
+    record.scenario = draw_scenario(config, loop.scheduler.next_u64())
     await run_workers(config, record, anyio.current_time)
 
 
@@ -274,34 +270,21 @@ def time_bound(config: ScenarioConfig) -> float:
     after another, plus the hang bound. Past it, something ignored its timeout: a hang."""
     if config.scenario is not None:
         return config.scenario.total_timeout + config.timing.hang_bound
-    drawn = config.workers * config.length * max(TIMEOUTS)
-    longest_motif = max(m.total_timeout for m in motifs(config.num_blocks, config.is_async))
-    return max(drawn, longest_motif) + config.timing.hang_bound
+    return config.workers * config.length * max(TIMEOUTS) + config.timing.hang_bound
 
 
-def draw_scenario(config: ScenarioConfig, seed: int, *, motif_share: float = 0.0) -> Scenario:
-    """The scenario an execution runs, from one random value (the fixed one, if configured).
-
-    With probability ``motif_share`` it is one of the motifs instead of a drawn scenario (for
-    controlled runs, on virtual time: ``MOTIF_SHARE``): a motif lines up a race every time, and
-    a race that needs a cold switch (one at a time jump, not at a hinted line) falls to PCT or
-    random within a few runs of it. The draw is the same either way, so a seed that gave a
-    drawn scenario before still does.
-    """
+def draw_scenario(config: ScenarioConfig, seed: int) -> Scenario:
+    """The scenario an execution runs, from one random value (the fixed one, if configured)."""
     if config.scenario is not None:
         return config.scenario
-    rng = random.Random(seed)
-    drawn = draw(
-        rng,
+    return draw(
+        random.Random(seed),
         workers=config.workers,
         length=config.length,
         cancel=config.is_async,
         blocks=config.num_blocks,
         batch=callable(getattr(config.factory, "acquire_many", None)),
     )
-    if motif_share > 0 and rng.random() < motif_share:
-        return rng.choice(motifs(config.num_blocks, config.is_async))
-    return drawn
 
 
 def build_pool(config: ScenarioConfig) -> Any:

@@ -85,12 +85,12 @@ class _Guard(trio.abc.Instrument):
 
 def run_trio_execution(config: ScenarioConfig, scheduler: Scheduler, record: ExecutionRecord) -> None:
     """Run the execution; raise what a failing check raised, or a Deadlock/StepLimitExceeded."""
-    from kvstress.scenarios._execution import MOTIF_SHARE, draw_scenario, run_workers
+    from kvstress.scenarios._execution import draw_scenario, run_workers
 
     if not scheduler.new_execution():
         raise SchedulerExhausted(f"{type(scheduler).__name__} has no execution left to run")
     seed = scheduler.next_u64()
-    record.scenario = draw_scenario(config, seed, motif_share=MOTIF_SHARE)
+    record.scenario = draw_scenario(config, seed)
     budget = _Guard(config.max_steps, record.scenario.workers)
     bound = config.timing.hang_bound + record.scenario.total_timeout
 
