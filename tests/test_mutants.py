@@ -24,7 +24,7 @@ from kvstress.mutants import (
 )
 
 MUTANT_BUDGET_S = 15.0
-CLEAN_BUDGET_S = 5.0
+CLEAN_BUDGET_S = 3.0
 
 # Bugs the current harness misses, or names wrongly, with budget MUTANT_BUDGET_S and seed 0.
 # Each is observable through the protocol (see its docstring). A miss that is certain is a

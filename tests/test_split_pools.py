@@ -18,7 +18,7 @@ from kvstress.controlled._patch import cooperative, resolve_modules
 from kvstress.controlled._reach import reached_modules
 from kvstress.fuzz import fuzz, load_target, parse_mix
 
-CLEAN_BUDGET_S = 4.0
+CLEAN_BUDGET_S = 2.0
 FIND_BUDGET_S = 15.0
 
 
