@@ -65,6 +65,7 @@ def test_a_finding_from_the_slice_ctrl_c_cut_short_is_dropped(
         budget: float,
         shrink_s: float | None = None,
         memo: object = None,
+        grace_s: float = 0.0,
     ) -> SliceResult:
         with contextlib.suppress(KeyboardInterrupt):  # as a gc callback or a pool's except would
             signal.raise_signal(signal.SIGINT)
@@ -90,6 +91,7 @@ def test_raise_interrupt_turns_the_clean_stop_into_keyboard_interrupt(
         budget: float,
         shrink_s: float | None = None,
         memo: object = None,
+        grace_s: float = 0.0,
     ) -> SliceResult:
         with contextlib.suppress(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
@@ -113,6 +115,7 @@ def test_without_ctrl_c_a_finding_is_reported(tmp_path: Path, monkeypatch: pytes
         budget: float,
         shrink_s: float | None = None,
         memo: object = None,
+        grace_s: float = 0.0,
     ) -> SliceResult:
         violation = InvariantViolation("refcount", "block 0: refcount 1, the ledger says 2")
         return SliceResult(1, 3, Finding(violation, strategy, seed, 0.01, "machine"))

@@ -28,7 +28,7 @@ from typing import Any
 from kvstress import _flight
 from kvstress._interrupts import watching
 from kvstress._log import get_logger
-from kvstress.fuzz._slices import STRATEGIES, Finding, run_slice
+from kvstress.fuzz._slices import OPENING_GRACE_S, STRATEGIES, Finding, run_slice
 from kvstress.fuzz._target import FuzzTarget
 from kvstress.reports import versions, write_report
 from kvstress.scenarios._switches import switch_fields
@@ -154,13 +154,15 @@ def _loop(
             seed_i = slice_seed(seed, stream, index)
             _flight.slice_started(index, strategy, seed_i)
             # The run ends at its first finding, so shrinking it may take what is left of the budget.
+            slice_s = min(_slice_s(mix, index), budget_s - elapsed)
             result = run_slice(
                 strategy,
                 target,
                 seed_i,
-                min(_slice_s(mix, index), budget_s - elapsed),
+                slice_s,
                 shrink_s=budget_s - elapsed,
                 memo=memo,
+                grace_s=min(OPENING_GRACE_S, budget_s - elapsed - slice_s),
             )
             executions, operations, index = (
                 executions + result.executions,

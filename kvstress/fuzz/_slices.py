@@ -43,6 +43,11 @@ cold, before any motif's hot round (a race that needs one cold delay, at a time 
 it in the first second)."""
 DELAY_HOT_CAP = 64
 """Executions per motif in the delay strategy's hot round, which runs hot plans only."""
+OPENING_GRACE_S = 4.0
+"""The most wall seconds the fuzz loop lets a slice run past its length to finish the delay
+strategy's opening round (see ``run_slice``'s ``grace_s``): its few dozen executions take 0.3 s
+here and 2.5 s on a machine three times slower and loaded, and a race the opening finds must not
+wait a whole cycle of the mix there (CI missed the timed-out notify so, at 15 executions/s)."""
 DELAY_CAP = 16
 """Executions per motif in the delay strategy's first round after the hot one; each later round
 doubles it."""
@@ -112,6 +117,7 @@ def run_slice(
     budget_s: float,
     shrink_s: float | None = None,
     memo: dict[str, Any] | None = None,
+    grace_s: float = 0.0,
 ) -> SliceResult:
     """Run ``strategy`` on ``target`` for about ``budget_s`` wall seconds.
 
@@ -124,9 +130,11 @@ def run_slice(
 
     ``memo`` carries a strategy's progress from one slice to the next of the same run (the
     delay strategy's searches go on where they stopped); without it each slice starts afresh.
+    ``grace_s`` is how long the slice may run past ``budget_s`` to finish the delay strategy's
+    opening round, which is cut only on a machine too slow to run it within the slice.
     """
     if strategy == "delay":
-        return _delay(target, seed, budget_s, {} if memo is None else memo)
+        return _delay(target, seed, budget_s, {} if memo is None else memo, grace_s)
     runner = _RUNNERS.get(strategy)
     if runner is None:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -177,7 +185,9 @@ class _MotifSearch:
     next: int = 0  # the motif the next slice starts with
 
 
-def _delay(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]) -> SliceResult:
+def _delay(
+    target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any], grace_s: float
+) -> SliceResult:
     """Delay-bounded search over the motifs, round-robin, going on where the previous slice of
     the run left it. The opening round runs each motif's first ``DELAY_FIRST`` plans; the hot
     round its one-delay hot plans (a switch at a hinted decision: a lost-update or
@@ -198,8 +208,10 @@ def _delay(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any])
     result = SliceResult()
     # A slice that starts the opening or the hot round ends with the hot round: they are cheap.
     first_rounds = state.round <= _HOT_ROUND
-    while state.searches and (left := budget_s - (time.monotonic() - start)) > 0:
-        if first_rounds and state.round > _HOT_ROUND:
+    while state.searches:
+        # The opening round may run into the grace; the rest ends with the slice's length.
+        left = budget_s + (grace_s if state.round == 0 else 0.0) - (time.monotonic() - start)
+        if left <= 0 or (first_rounds and state.round > _HOT_ROUND):
             break
         config, scheduler = state.searches[state.next]
         hot_only = state.round == _HOT_ROUND
