@@ -360,3 +360,21 @@ def test_both(kvstress_fuzz):
     )
     result = pytester.runpytest_subprocess("--kvstress-report-dir=out")
     result.assert_outcomes(passed=1)
+
+
+def test_a_run_that_uses_nothing_of_kvstress_imports_neither_torch_nor_the_search(
+    pytester: pytest.Pytester,
+) -> None:
+    """pytest loads the plugin in every run of an environment with kvstress installed (and in
+    each xdist worker): loading it must not cost the seconds torch and the search take to import."""
+    pytester.makepyfile(
+        """
+        import sys
+
+        def test_nothing_of_kvstress():
+            loaded = {"torch", "kvstress.fuzz", "kvstress.controlled", "kvstress.explorer"} & set(sys.modules)
+            assert not loaded, loaded
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)

@@ -25,20 +25,12 @@ from typing import Any
 
 import pytest
 
-from kvstress.audit._core import violations_mark
-from kvstress.controlled import ControlledEventLoop, SchedulerExhausted, SchedulerMisbehaved
-from kvstress.explorer._explore import failure_note, raise_failure
-from kvstress.explorer._run import BACKENDS, Outcome, root_cause, search
-from kvstress.explorer._strategies import (
-    check_schedules,
-    check_strategy,
-    make_scheduler,
-    pick_seed,
-    replay_scheduler,
-)
 from kvstress.pytest_plugin._protocol import RUN, SECTION, Run, run_schedules
 from kvstress.pytest_plugin._seeds import seed_for
-from kvstress.schedulers import ScheduleDivergence
+
+# The explorer (and torch under it) is imported where a marked test first needs it, never when
+# pytest loads the plugin: every pytest run in an environment with kvstress installed loads it,
+# and most of them explore nothing.
 
 _FACTORY = "kvstress"  # our loop factory's name (pytest-asyncio hides it from test ids)
 _FACTORIES = "kvstress-explore-loop"  # the plugin that offers it
@@ -125,6 +117,9 @@ class ExploredTests:
         scheduler = None if run is None or run.done or run.loop is not None else run.scheduler
         if run is None or scheduler is None or self._scopes[-1:] != ["function"]:
             return asyncio.new_event_loop()
+        from kvstress.audit._core import violations_mark
+        from kvstress.controlled import ControlledEventLoop, SchedulerExhausted
+
         try:
             loop = run.loop = ControlledEventLoop(scheduler)
             run.audit_mark = violations_mark()
@@ -141,6 +136,8 @@ class ExploredTests:
         marker = pyfuncitem.get_closest_marker(MARKER_NAME)
         if marker is None:
             return (yield)
+        from kvstress.explorer._run import BACKENDS
+
         run = pyfuncitem.stash.get(RUN, None)
         backend = _anyio_backend(pyfuncitem) or "asyncio"
         if backend not in BACKENDS:
@@ -177,6 +174,9 @@ class ExploredTests:
     ) -> Callable[..., None]:
         """The test function as every schedule of ``run``, on the fixtures it is given once."""
         __tracebackhide__ = True
+        from kvstress.explorer._explore import raise_failure
+        from kvstress.explorer._run import search
+
         if run.scheduler is None:  # failed here, outside any except block: no chained traceback
             pytest.fail(f"{MARKER_NAME}: {run.problem}", pytrace=False)
         scheduler = run.scheduler
@@ -195,6 +195,8 @@ class ExploredTests:
 
     def _run(self, item: pytest.Function, marker: pytest.Mark) -> Run:
         """The exploration of one marked test: its scheduler and limit, or what is wrong."""
+        from kvstress.explorer._strategies import make_scheduler, replay_scheduler
+
         try:
             schedules, strategy, seed, modules = self._options(item, marker)
         except ValueError as error:
@@ -209,6 +211,8 @@ class ExploredTests:
         self, item: pytest.Function, run: Run, test: Callable[..., Any], backend: str
     ) -> Callable[..., None]:
         """The test function as one schedule of ``run``; the last one records the count."""
+        from kvstress.explorer._explore import failure_note, raise_failure
+        from kvstress.explorer._run import search
 
         @functools.wraps(test)
         def explore_once(**fixtures: Any) -> None:
@@ -243,6 +247,11 @@ class ExploredTests:
         """The call of a copy set up on its schedule's loop: pytest-asyncio runs the test there,
         after its fixtures; a failure gets the note that replays the schedule."""
         __tracebackhide__ = True
+        from kvstress.controlled import SchedulerMisbehaved
+        from kvstress.explorer._explore import failure_note, raise_failure
+        from kvstress.explorer._run import Outcome, root_cause
+        from kvstress.schedulers import ScheduleDivergence
+
         scheduler = run.scheduler
         assert scheduler is not None  # a copy is set up on our loop only with a scheduler
         if run.loop is None:  # the strategy had no schedule left (DFS): nothing more to run
@@ -296,6 +305,8 @@ class ExploredTests:
         self, item: pytest.Function, marker: pytest.Mark
     ) -> tuple[int, str, int, tuple[object, ...]]:
         """The marker's arguments, checked; the seed defaults to this test's session-derived one."""
+        from kvstress.explorer._strategies import check_schedules, check_strategy, pick_seed
+
         if marker.args:
             raise ValueError(f"takes keyword arguments only ({', '.join(_OPTIONS)}), got {marker.args!r}")
         unknown = sorted(set(marker.kwargs) - set(_OPTIONS))
@@ -383,6 +394,8 @@ def read_replay(config: pytest.Config) -> str | None:
     text: str | None = config.option.kvstress_replay
     if text is None:
         return None
+    from kvstress.explorer._strategies import replay_scheduler
+
     try:
         replay_scheduler(text, "--kvstress-replay")
     except ValueError as error:

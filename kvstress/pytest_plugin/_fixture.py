@@ -11,16 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from kvstress._violation import InvariantViolation, Operation
-from kvstress.fuzz import FuzzOutcome, fuzz, load_target, parse_mix
-from kvstress.fuzz._isolate import Job, default_memory_limit, supervise
 from kvstress.pytest_plugin._options import SETTINGS, Settings, check_budget, check_seed
 from kvstress.pytest_plugin._seeds import seed_for
-from kvstress.reports import load_report
+
+if TYPE_CHECKING:
+    from kvstress.fuzz import FuzzOutcome
+
+# The search (and torch under it) is imported by the first check, not when pytest loads the
+# plugin: every pytest run in an environment with kvstress installed loads it.
 
 
 def factory_spec(factory: str | Callable[..., Any]) -> str:
@@ -99,6 +102,9 @@ class PoolChecker:
         (about a second). ``isolate=False`` runs it in this process.
         """
         __tracebackhide__ = True  # the failure belongs to the test that called check
+        from kvstress.fuzz import fuzz, load_target, parse_mix
+        from kvstress.fuzz._isolate import Job, default_memory_limit, supervise
+
         spec = factory_spec(factory)
         budget_s = self.budget_s if budget is None else check_budget(budget, "kvstress.check: budget")
         run_seed = self.seed if seed is None else check_seed(seed, "kvstress.check: seed")
@@ -129,6 +135,8 @@ class PoolChecker:
 
     def _reported(self, path: Path, seed: int) -> InvariantViolation:
         """The violation a child's report describes, with its history."""
+        from kvstress.reports import load_report
+
         report = load_report(path)
         history = tuple(Operation(**op) for op in report["history"] if isinstance(op, dict))
         return self._violation(
@@ -138,6 +146,8 @@ class PoolChecker:
     def _violation(self, found: InvariantViolation, path: Path | None, seed: int) -> InvariantViolation:
         if path is None:  # fuzz writes a report with every finding; without one, keep the finding
             return found
+        from kvstress.reports import load_report
+
         report = load_report(path)
         # What record_property does, without its xunit2 warning: under `-W error` that warning
         # would replace the violation as the test's failure.

@@ -22,9 +22,7 @@ from collections.abc import Callable, Generator, Mapping
 
 import pytest
 
-from kvstress.controlled import controlled_loop_factory
 from kvstress.pytest_plugin._seeds import seed_for
-from kvstress.schedulers import RandomScheduler
 
 FACTORY_NAME = "kvstress"
 SECTION = "kvstress controlled loop"
@@ -54,6 +52,9 @@ class ControlledLoops:
 
     def new_loop(self) -> asyncio.AbstractEventLoop:
         """A controlled loop on a new scheduler seeded for the current test."""
+        from kvstress.controlled import controlled_loop_factory
+        from kvstress.schedulers import RandomScheduler
+
         seed = seed_for(self._session_seed, self._nodeid)
         loop = controlled_loop_factory(RandomScheduler(seed))()
         self._made[loop] = (seed, self._nodeid)

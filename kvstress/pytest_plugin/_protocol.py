@@ -27,13 +27,12 @@ import inspect
 import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from kvstress.controlled._patch import cooperative, loop_clock
-from kvstress.explorer._run import executor_modules, is_async, loop_modules, thread_modules, used_modules
-from kvstress.schedulers import Scheduler
+if TYPE_CHECKING:
+    from kvstress.schedulers import Scheduler
 
 SECTION = "kvstress explore"
 RUN = pytest.StashKey["Run"]()
@@ -228,6 +227,9 @@ def _on_loop(item: pytest.Function, run: Run) -> contextlib.AbstractContextManag
     primitives are fresh, from its setup to its teardown."""
     if not run.on_loop or run.scheduler is None:
         return contextlib.nullcontext()
+    from kvstress.controlled._patch import loop_clock
+    from kvstress.explorer._run import loop_modules
+
     try:
         modules = loop_modules(item.obj, run.modules)
     except ValueError:
@@ -238,6 +240,9 @@ def _on_loop(item: pytest.Function, run: Run) -> contextlib.AbstractContextManag
 @contextlib.contextmanager
 def _patched(item: pytest.Function, run: Run) -> Iterator[None]:
     """For a plain test: its modules cooperative for whole schedules, fixtures included."""
+    from kvstress.controlled._patch import cooperative
+    from kvstress.explorer._run import executor_modules, is_async, thread_modules, used_modules
+
     if is_async(item.obj) or run.scheduler is None:
         yield
         return
