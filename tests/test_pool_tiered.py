@@ -23,7 +23,7 @@ from kvstress.pool._tiered_storage import SegmentedStorage
 from kvstress.scenarios import ScenarioConfig, search
 from kvstress.schedulers import PCTScheduler, RandomScheduler
 
-CI = ci(40)
+CI = ci(20)
 HUNT = hunt(CI, 100)
 
 
