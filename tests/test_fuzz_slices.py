@@ -41,3 +41,18 @@ def test_a_fuzz_run_gives_the_machine_what_is_left_of_its_budget_to_shrink(
     outcome = fuzz(target, budget_s=budget, seed=0, mix=("machine",), report_dir=tmp_path)
     assert outcome.finding is not None and len(granted) == 1
     assert expected - 1.0 < granted[0] <= expected
+
+
+def test_a_machine_run_starts_no_example_past_its_search_time() -> None:
+    """A run's ten examples take seconds of real time; the last slice of a fuzz run must not
+    carry the run past its budget (a 3 s fuzz of a correct pool took 5.4 s), so no example
+    starts once the search time is spent, and the run counts the examples it really ran."""
+    target = load_target("kvstress:ThreadedBlockPool")
+    counts = slices_module.MachineCounts()
+    assert slices_module.run_machine(target, 0, counts=counts, search_s=0.0) is None
+    assert counts.examples == 0 and counts.operations == 0
+    result = run_slice("machine", target, 0, 1e-9, shrink_s=1e-9)
+    assert result.finding is None and result.executions == 0
+    full = slices_module.MachineCounts()
+    assert slices_module.run_machine(target, 0, batches=False, counts=full) is None
+    assert full.examples >= slices_module.MACHINE_EXAMPLES and full.operations > 0

@@ -311,11 +311,18 @@ class _ShrinkBudgetSpent(KeyboardInterrupt):
     """
 
 
+class _SearchBudgetSpent(KeyboardInterrupt):
+    """Raised by the machine at the start of an example once the search has had its time with
+    nothing found, and caught by ``run_machine`` (see ``_ShrinkBudgetSpent`` for the class)."""
+
+
 @dataclass
-class _ShrinkClock:
-    """When the search found its violation, and how long shrinking may take after that."""
+class _MachineClock:
+    """Until when the search may start examples, when it found its violation, and how long
+    shrinking may take after that."""
 
     shrink_s: float
+    search_until: float = math.inf
     found_at: float | None = None
 
     def found(self) -> None:
@@ -323,25 +330,38 @@ class _ShrinkClock:
             self.found_at = time.monotonic()
 
     def check(self) -> None:
-        if self.found_at is not None and time.monotonic() - self.found_at > self.shrink_s:
+        if self.found_at is None:
+            if time.monotonic() > self.search_until:
+                raise _SearchBudgetSpent
+        elif time.monotonic() - self.found_at > self.shrink_s:
             raise _ShrinkBudgetSpent
 
 
+@dataclass
+class MachineCounts:
+    """The examples a machine run started, and the operations they made, for progress."""
+
+    examples: int = 0
+    operations: int = 0
+
+
 def _timed(
-    machine: type[PoolMachine], clock: _ShrinkClock, seed: int, operations: list[int] | None = None
+    machine: type[PoolMachine], clock: _MachineClock, seed: int, counts: MachineCounts | None = None
 ) -> type[PoolMachine]:
     """``machine`` seeded by ``seed`` (Hypothesis' public ``@seed``) and cut off by ``clock``;
-    ``operations`` (one int) counts the operations of its examples, for progress."""
+    ``counts`` counts its examples and their operations."""
 
     class Timed(machine):  # type: ignore[valid-type,misc]
         def __init__(self) -> None:
             clock.check()  # every example after the first violation is a shrink step
             _flight.execution_started()
+            if counts is not None:
+                counts.examples += 1
             super().__init__()
 
         def teardown(self) -> None:
-            if operations is not None:
-                operations[0] += len(self.driver.history.snapshot())
+            if counts is not None:
+                counts.operations += len(self.driver.history.snapshot())
             super().teardown()
 
         def _do(self, step: Callable[[], Any]) -> Any:
@@ -360,9 +380,13 @@ def run_machine(
     shrink_s: float = 5.0,
     batches: bool = True,
     search_ended: list[float] | None = None,
-    operations: list[int] | None = None,
+    counts: MachineCounts | None = None,
+    search_s: float = math.inf,
 ) -> InvariantViolation | None:
     """One seeded Hypothesis run of the state machine; the violation it ends with, if any.
+
+    No example starts past ``search_s`` wall seconds (a run's ten examples take seconds of real
+    time, and a fuzzing budget is the user's); ``None`` then, as for a run that found nothing.
 
     Shrinking is capped at ``shrink_s`` wall seconds (Hypothesis' own cap is 300 s, and every
     shrink step of a concurrency bug replays real threads), so a slice keeps to its budget: past
@@ -372,12 +396,14 @@ def run_machine(
     count it, excludes shrinking.
     """
     machine = machine_for(target, MACHINE_HANG_BOUND, batches)
-    clock = _ShrinkClock(shrink_s)
-    timed = _timed(machine, clock, seed, operations)
+    clock = _MachineClock(shrink_s, time.monotonic() + search_s)
+    timed = _timed(machine, clock, seed, counts)
     database = InMemoryExampleDatabase()
     try:
         try:
             return _run_as_test(timed, machine_settings(database))
+        except _SearchBudgetSpent:
+            return None
         except _ShrinkBudgetSpent:
             # Replay the smallest failure kept so far; it may not recur (a race), and then the
             # search found nothing that replays.
@@ -419,6 +445,8 @@ def machine_program(violation: BaseException) -> str | None:
 
 def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
     start = time.monotonic()
+    # What is left of the whole budget: a run may go on past its slice (cutting each slice's run
+    # short would keep the machine to Hypothesis' first, smallest examples), never past that.
     shrink_total = budget_s if shrink_s is None else shrink_s
     result = SliceResult()
     run = 0
@@ -429,13 +457,19 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
         batches = run % 2 == 1
         shrink_left = min(MACHINE_SHRINK_CAP_S, max(1.0, shrink_total - (time.monotonic() - start)))
         ended: list[float] = []
-        counted = [0]
+        counts = MachineCounts()
         violation = run_machine(
-            target, run_seed, shrink_s=shrink_left, batches=batches, search_ended=ended, operations=counted
+            target,
+            run_seed,
+            shrink_s=shrink_left,
+            batches=batches,
+            search_ended=ended,
+            counts=counts,
+            search_s=shrink_total - (time.monotonic() - start),
         )
         run += 1
-        result.executions += MACHINE_EXAMPLES
-        result.operations += counted[0]
+        result.executions += counts.examples
+        result.operations += counts.operations
         if violation is not None:
             found_at = (ended[0] if ended else time.monotonic()) - start
             result.finding = Finding(
