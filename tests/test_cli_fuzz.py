@@ -167,7 +167,7 @@ def test_a_machine_finding_replays_from_its_seed(tmp_path: Path) -> None:
         "--strategy",
         "machine",
         "--budget",
-        "8",  # found in well under a second; the rest goes to shrinking
+        "3",  # found in well under a second; the rest goes to shrinking
         cwd=tmp_path,
     )
     assert done.returncode == 1, done.stderr

@@ -121,7 +121,10 @@ def test_failure_prints_a_replayable_program() -> None:
     """A failing run carries Hypothesis' program (state = ...; state.acquire(...)) and the dump."""
     machine = kvstress.pool_machine(broken.NoResetPool)
     with pytest.raises(InvariantViolation) as info:
-        run_state_machine_as_test(machine, settings=settings(CI, report_multiple_bugs=False))
+        # Ten steps an example: shrinking a thirty-step program took most of a minute.
+        run_state_machine_as_test(
+            machine, settings=settings(CI, stateful_step_count=10, report_multiple_bugs=False)
+        )
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "state = NoResetPoolMachine()" in notes
     assert "state.teardown()" in notes and notes.count("state.") >= 3

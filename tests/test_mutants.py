@@ -23,7 +23,7 @@ from kvstress.mutants import (
     backends_of,
 )
 
-MUTANT_BUDGET_S = 15.0
+MUTANT_BUDGET_S = 30.0
 CLEAN_BUDGET_S = 3.0
 
 # Bugs the current harness misses, or names wrongly, with budget MUTANT_BUDGET_S and seed 0.
