@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+import kvstress.fuzz._slices
 import kvstress.mutants
 from kvstress import INVARIANTS, BlockState
 from kvstress.fuzz import FuzzOutcome, fuzz, load_target, parse_mix
@@ -25,6 +26,16 @@ from kvstress.mutants import (
 
 MUTANT_BUDGET_S = 30.0
 CLEAN_BUDGET_S = 3.0
+SHRINK_CAP_S = 3.0
+"""How long the state machine may shrink a finding here (``kvstress fuzz`` gives it what is left
+of the budget, up to 30 s): these tests check the find, its id and its report, and a mutant the
+machine found at 3 s took 40 s with the budget's whole shrink."""
+
+
+@pytest.fixture(autouse=True)
+def _short_shrinks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kvstress.fuzz._slices, "MACHINE_SHRINK_CAP_S", SHRINK_CAP_S)
+
 
 # Bugs the current harness misses, or names wrongly, with budget MUTANT_BUDGET_S and seed 0.
 # Each is observable through the protocol (see its docstring). A miss that is certain is a
