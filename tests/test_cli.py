@@ -55,16 +55,28 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["plan", "--model", "tiny", "--concurrency", "4", "--seq-len", "8", "--bogus"], "--bogus"),
     ],
 )
-def test_bad_input_exits_2_with_one_error_line(args: list[str], says: str) -> None:
-    """Bad input exits 2 with exactly one `kvstress: error:` line naming the problem, no traceback."""
-    done = _cli(*args)
-    assert done.returncode == 2
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1, done.stderr
+def test_bad_input_exits_2_with_one_error_line(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad input exits 2 with exactly one `kvstress: error:` line naming the problem, no traceback.
+    (In this process: each case as a process of its own cost seconds of imports; the script
+    itself is the next test's.)"""
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert len(lines) == 1, err
     assert lines[0].startswith("kvstress: error: ")
     assert says in lines[0]
-    assert "Traceback" not in done.stderr
-    assert done.stdout == ""
+    assert "Traceback" not in err
+    assert out == ""
+
+
+def test_the_script_exits_2_with_one_error_line() -> None:
+    """`python -m kvstress` on bad input: exit 2, one line, no traceback, nothing on stdout."""
+    done = _cli("plan", "--model", "nope", "--concurrency", "4", "--seq-len", "8")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [done.stderr.strip()] and "'nope'" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
 
 
 def test_json_output_is_one_object_with_the_plan() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kvstress.cli import main
 from kvstress.reports import REQUIRED, SCHEMA
 
 TESTS = Path(__file__).resolve().parent
@@ -109,12 +110,34 @@ def test_report_prints_and_rerenders(found: tuple[subprocess.CompletedProcess[st
         (["replay", "missing.json"], "cannot read"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
-    """Usage, import and configuration errors: exit 2, one stderr line naming the problem."""
-    done = kvstress(*args, cwd=tmp_path)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr
-    assert "Traceback" not in done.stderr
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path,
+    args: list[str],
+    says: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Usage, import and configuration errors: exit 2, one stderr line naming the problem (in this
+    process, as the script runs it after its imports: see the next test for the script)."""
+    monkeypatch.chdir(tmp_path)
+    status = main(args)
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    assert len(err.strip().splitlines()) == 1 and says in err
+    assert "Traceback" not in err
+
+
+def test_the_script_exits_2_on_bad_input(tmp_path: Path) -> None:
+    """`python -m kvstress` itself: exit 2 and one stderr line, for a bad pool and a bad report."""
+    (tmp_path / "report.json").write_text("[1, 2]")
+    for args, says in (
+        (["fuzz", "--pool", "no_such_module:Pool"], "cannot import"),
+        (["replay", "report.json"], "not an object"),
+    ):
+        done = kvstress(*args, cwd=tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr
+        assert "Traceback" not in done.stderr
 
 
 def test_a_factory_missing_the_protocol_is_a_usage_error(tmp_path: Path) -> None:
@@ -139,13 +162,17 @@ def test_a_factory_missing_the_protocol_is_a_usage_error(tmp_path: Path) -> None
     ],
     ids=["truncated", "not-an-object", "foreign", "incomplete", "control-character"],
 )
-def test_replay_of_a_bad_report_is_exit_2(tmp_path: Path, content: str, says: str) -> None:
+def test_replay_of_a_bad_report_is_exit_2(
+    tmp_path: Path, content: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A truncated, corrupt or foreign file: exit 2 and one line; nothing is unpickled."""
     path = tmp_path / "report.json"
     path.write_text(content)
     for command in ("replay", "report"):
-        done = kvstress(command, str(path), cwd=tmp_path)
-        assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr
+        status = main([command, str(path)])
+        err = capsys.readouterr().err
+        assert status == 2 and says in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, err
 
 
 def test_workers_stop_at_the_first_failure(tmp_path: Path) -> None:

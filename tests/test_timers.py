@@ -31,8 +31,8 @@ def test_correct_pools_stay_clean_when_timers_fire(factory: type) -> None:
     """A correct polling, striped and condition-variable pool: jumps for sleepers are credited to
     the threads left runnable or blocked, so no timing check fires (a soak once raised
     timeout-late on PollingCasPool, before blocked threads were credited too)."""
-    for seed in (3, 4, 5):
-        result = search(ScenarioConfig(factory, False), RandomScheduler(seed=seed), max_executions=150)
+    for seed in (3, 4):
+        result = search(ScenarioConfig(factory, False), RandomScheduler(seed=seed), max_executions=120)
         assert result.failure is None, result.failure.describe()
 
 
