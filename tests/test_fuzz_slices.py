@@ -56,3 +56,14 @@ def test_a_machine_run_starts_no_example_past_its_search_time() -> None:
     full = slices_module.MachineCounts()
     assert slices_module.run_machine(target, 0, batches=False, counts=full) is None
     assert full.examples >= slices_module.MACHINE_EXAMPLES and full.operations > 0
+
+
+def test_a_replay_of_a_machine_finding_does_not_shrink_it() -> None:
+    """A replay only asks whether the violation recurs: each of its tries shrinking again took
+    seconds of real threads (``kvstress replay`` tries ten times by default)."""
+    target = load_target("pools.broken:DoubleReleaseTruePool")
+    shrunk, found = slices_module.MachineCounts(), slices_module.MachineCounts()
+    first = slices_module.run_machine(target, 1, batches=False, counts=shrunk)
+    again = slices_module.run_machine(target, 1, batches=False, counts=found, shrink=False)
+    assert first is not None and again is not None and again.invariant == first.invariant
+    assert found.examples < shrunk.examples, (found, shrunk)

@@ -382,11 +382,13 @@ def run_machine(
     search_ended: list[float] | None = None,
     counts: MachineCounts | None = None,
     search_s: float = math.inf,
+    shrink: bool = True,
 ) -> InvariantViolation | None:
     """One seeded Hypothesis run of the state machine; the violation it ends with, if any.
 
     No example starts past ``search_s`` wall seconds (a run's ten examples take seconds of real
     time, and a fuzzing budget is the user's); ``None`` then, as for a run that found nothing.
+    ``shrink=False`` (a replay, which only asks whether the violation recurs) skips shrinking.
 
     Shrinking is capped at ``shrink_s`` wall seconds (Hypothesis' own cap is 300 s, and every
     shrink step of a concurrency bug replays real threads), so a slice keeps to its budget: past
@@ -401,7 +403,8 @@ def run_machine(
     database = InMemoryExampleDatabase()
     try:
         try:
-            return _run_as_test(timed, machine_settings(database))
+            phases = (Phase.generate, Phase.shrink) if shrink else (Phase.generate,)
+            return _run_as_test(timed, machine_settings(database, phases))
         except _SearchBudgetSpent:
             return None
         except _ShrinkBudgetSpent:
