@@ -92,9 +92,9 @@ def _replay_in_place(
         hits = sum(_stress_hit(stress_config, report["seed"], invariant) for _ in range(tries))
         return ReplayOutcome(invariant, tries, hits, "free-running: a reproduction rate, not an exact replay")
     hits = 0
+    batches = bool(config.get("batches", True))
     for _ in range(tries):
         # Only whether it recurs counts: shrinking each try again took seconds of real threads.
-        batches = bool(config.get("batches", True))
         violation = run_machine(target, report["seed"], batches=batches, shrink=False)
         hits += violation is not None and violation.invariant == invariant
     return ReplayOutcome(invariant, tries, hits, "state machine on real threads: re-run from its seed")
