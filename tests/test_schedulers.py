@@ -452,6 +452,43 @@ def test_delay_bounded_tries_hot_decisions_first() -> None:
     assert firsts[:4] == [4, 3, 4, 0]
 
 
+def _woken_model(scheduler: DelayBoundedScheduler) -> tuple[int, ...]:
+    """Task 1 takes 3 steps; task 2 (2 steps) waits until task 1's first step wakes it. The
+    controller tells the scheduler which task was just woken, as the thread baton does."""
+    left, order, current, was = {1: 3, 2: 2}, [], None, set()
+    while any(left.values()):
+        runnable = [t for t in (1, 2) if left[t] and (t == 1 or left[1] < 3)]
+        scheduler.woken = next((t for t in runnable if t not in was and t != current), None)
+        was = set(runnable)
+        current = scheduler.next_task(runnable, current)
+        left[current] -= 1
+        order.append(current)
+    return tuple(order)
+
+
+def test_delay_bounded_runs_a_woken_task_first_from_its_second_base() -> None:
+    """With ``woken_first`` the plain run hands over to the task just woken, and is ranked first;
+    the waker's base still covers every interleaving within the bound. Without it, nothing
+    changes: the hint is ignored."""
+    scheduler = DelayBoundedScheduler(0, woken_first=True)
+    runs = []
+    while scheduler.new_execution():
+        runs.append(_woken_model(scheduler))
+    assert runs == [(1, 2, 2, 1, 1), (1, 1, 1, 2, 2)]
+    steps = {1: 3, 2: 2}
+    for bound in range(3):
+        scheduler = DelayBoundedScheduler(bound, woken_first=True)
+        runs = []
+        while scheduler.new_execution():
+            runs.append(_woken_model(scheduler))
+        # The model's order always starts with task 1 (task 2 is not runnable before it).
+        within = {o for o in all_interleavings(steps) if o[0] == 1 and delays(o, steps) <= bound}
+        assert within <= set(runs)
+    plain = DelayBoundedScheduler(0)
+    assert plain.new_execution() and _woken_model(plain) == (1, 1, 1, 2, 2)
+    assert not plain.new_execution()
+
+
 def test_delay_bounded_holds_back_cold_plans_until_allowed() -> None:
     """With ``max_cold = 0`` only all-hot plans run; raising it goes on where it stopped."""
     steps = {1: 2, 2: 2}

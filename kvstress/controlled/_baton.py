@@ -158,6 +158,8 @@ class ThreadController:
         self._tracers: dict[CodeType, Callable[[FrameType, str, object], Any]] = {}
         self.hot = False  # the scheduling point being passed is inside a lost-update window
         self._hints = hasattr(scheduler, "hot")  # the scheduler takes the hint (PCT)
+        self._tells_woken = hasattr(scheduler, "woken")  # and the task just woken (delay)
+        self._was_runnable: set[int] = set()
         self._fires_timers = bool(getattr(scheduler, "fires_timers", False))
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
@@ -387,10 +389,15 @@ class ThreadController:
         sleepers = self._sleepers() if self._fires_timers else []
         choices = sorted(runnable + sleepers) if sleepers else runnable
         hot, self.hot = self.hot, False
+        if self._tells_woken:
+            was, self._was_runnable = self._was_runnable, set(runnable)
+            woken = next((t for t in runnable if t not in was and t != me.tid), None)
         if len(choices) == 1:
             return self.threads[choices[0]]
         if self._hints:
             self.scheduler.hot = hot  # type: ignore[attr-defined]
+        if self._tells_woken:
+            self.scheduler.woken = woken  # type: ignore[attr-defined]
         starved = self._starved
         overdue = [t for t in runnable if starved.get(t, 0) >= FAIRNESS_BOUND]
         try:

@@ -202,7 +202,11 @@ def _delay(
         programs = motifs(target.num_blocks, target.is_async)
         # In their order, smallest first (fewest hot plans before the next motif's): nothing
         # here is random, so the seed does not enter.
-        searches = [(replace(base, scenario=m), DelayBoundedScheduler(DELAY_BOUND)) for m in programs]
+        # Threads get the woken-first base too (the baton says who was woken; the loop does not).
+        searches = [
+            (replace(base, scenario=m), DelayBoundedScheduler(DELAY_BOUND, woken_first=not target.is_async))
+            for m in programs
+        ]
         state = memo["delay"] = _MotifSearch(searches)
     start = time.monotonic()
     result = SliceResult()

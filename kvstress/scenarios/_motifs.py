@@ -53,7 +53,10 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
         _of([*take_all, ("release", None)], [("acquire", 0.0)]),
         _of([*take_all, ("sleep", SETTLE), *give_all], [waiter, ("release", None)]),
         _of([*take_all, ("sleep", SETTLE), *give_all], [("sleep", SETTLE), waiter, ("release", None)]),
-        _of([*take_all, ("sleep", SETTLE), *give_all], [waiter], [waiter]),
+        # Two waiters parked (on virtual time past the wake-up bound, so one left beside a free
+        # block is seen), the blocks back in a row: a notify that wakes one where two could go,
+        # a wake-up that only the first woken waiter was to pass on (AQS before PROPAGATE).
+        _of([*take_all, ("sleep", SETTLE), *give_all], *([parked] * 2 if virtual else [[waiter]] * 2)),
         _of([("acquire", 0.0), ("release", None)], [("acquire", 0.0), ("release", None)]),
         # One acquirer preempted inside its take while another takes a block and gives it back
         # and a third takes the next: the free list's head is the same block again, its link

@@ -18,6 +18,15 @@ program's length, where depth-first search (``DFSScheduler``) tries the switches
 program's last lines first. A plan whose delay names a task that is not runnable there (the
 program went another way) falls back to the default choice: the recorded schedule still replays
 exactly what ran.
+
+With ``woken_first``, where the controller tells which task the last one just woke (the
+thread baton does), every plan is also run from a second base schedule, ahead of the first at
+equal rank: the woken task runs at once and goes on while it can, as on a multiprocessor, where a
+woken thread does not wait for its waker to park. A hand-off race sits at the wake-up: a
+waiter that takes its block before the releaser's next line (a reset after the offer, a second
+release that finds the wake-up spent, a queue put before the block is zeroed) is no delay at
+all from this base, where from the other it is one delay at one decision among hundreds. An
+interleaving may then run once from each base.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ import heapq
 from collections.abc import Sequence
 
 from kvstress.schedulers._base import SchedulerBase
+
+_WOKEN_FIRST, _WAKER_GOES_ON = 0, 1  # the two base schedules, in the order they rank
 
 MAX_PLANS = 20_000
 """Candidates kept waiting at most; past it, only plans whose every delay is hot are added."""
@@ -41,16 +52,24 @@ class DelayBoundedScheduler(SchedulerBase):
 
     name = "delay"
 
-    def __init__(self, bound: int = 2, seed: int = 0) -> None:
+    def __init__(self, bound: int = 2, seed: int = 0, *, woken_first: bool = False) -> None:
         if type(bound) is not int or bound < 0:
             raise ValueError(f"bound must be an int >= 0, got {bound!r} ({type(bound).__name__})")
         super().__init__(seed)
         self.bound = bound
         self.executions = 0
         self.hot = False  # set by a controller that gives hints, before a decision (see PCT)
-        # (cold delays, delays, order) -> plan: {decision index: task}; order breaks ties FIFO.
-        self._queue: list[tuple[int, int, int, tuple[tuple[int, int], ...]]] = [(0, 0, 0, ())]
-        self._pushed = 1
+        self.woken: int | None = None
+        """Set by a controller that tells it, before a decision: a task that was not runnable at
+        the decision before, woken by the one that ran (``woken_first`` runs it next)."""
+        # (cold delays, delays, base, order, plan); the plan is {decision index: task}, base
+        # _WOKEN_FIRST or _WAKER_GOES_ON; order breaks ties FIFO.
+        bases = (_WOKEN_FIRST, _WAKER_GOES_ON) if woken_first else (_WAKER_GOES_ON,)
+        self._queue: list[tuple[int, int, int, int, tuple[tuple[int, int], ...]]] = [
+            (0, 0, base, order, ()) for order, base in enumerate(bases)
+        ]
+        self._pushed = len(bases)
+        self._base = _WAKER_GOES_ON
         self._plan: dict[int, int] = {}
         self._last = -1  # the plan's latest delay
         self._cold = 0
@@ -81,12 +100,12 @@ class DelayBoundedScheduler(SchedulerBase):
         if not self._queue:
             self._exhausted = True
             return False
-        cold, delays, _, _ = self._queue[0]
+        cold, delays, _, _, _ = self._queue[0]
         if (self.max_cold is not None and cold > self.max_cold) or (
             self.max_delays is not None and delays > self.max_delays
         ):
             return False
-        self._cold, _, _, plan = heapq.heappop(self._queue)
+        self._cold, _, self._base, _, plan = heapq.heappop(self._queue)
         self._plan = dict(plan)
         self._last = max(self._plan, default=-1)
         self._trace = []
@@ -99,7 +118,11 @@ class DelayBoundedScheduler(SchedulerBase):
 
     def _pick(self, runnable: Sequence[int], current: int | None) -> int:
         hot, self.hot = self.hot, False
-        default = current if current is not None and current in runnable else runnable[0]
+        woken, self.woken = self.woken, None
+        if self._base == _WOKEN_FIRST and woken is not None and woken in runnable:
+            default = woken
+        else:
+            default = current if current is not None and current in runnable else runnable[0]
         chosen = self._plan.get(len(self._trace or ()), default)
         if chosen not in runnable:
             chosen = default
@@ -122,5 +145,6 @@ class DelayBoundedScheduler(SchedulerBase):
                 continue
             for task in runnable:
                 if task != default:
-                    heapq.heappush(self._queue, (cold, delays + 1, self._pushed, (*base, (at, task))))
+                    plan = (*base, (at, task))
+                    heapq.heappush(self._queue, (cold, delays + 1, self._base, self._pushed, plan))
                     self._pushed += 1
