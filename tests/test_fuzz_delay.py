@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import dis
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kvstress._violation import Operation
 from kvstress.controlled._baton import hot_lines
 from kvstress.fuzz import fuzz
 from kvstress.fuzz._naive import naive_time
 from kvstress.fuzz._replay import replay_report
-from kvstress.fuzz._slices import DELAY_FIRST, run_slice
+from kvstress.fuzz._slices import DELAY_FIRST, run_slice, scenario_config
 from kvstress.fuzz._target import load_target
+from kvstress.linearize import check_history
 from kvstress.reports import load_report
 from kvstress.scenarios._motifs import motifs
 from kvstress.scenarios._programs import Scenario
+from kvstress.scenarios._search import search
+from kvstress.schedulers import DelayBoundedScheduler
 
 
 def _target(name: str, backend: str = "asyncio") -> object:
@@ -52,6 +57,53 @@ def test_the_delay_strategy_runs_a_woken_waiter_before_its_waker_goes_on(name: s
     result = run_slice("delay", _target(name), 0, 30.0, memo={})
     assert result.finding is not None and result.finding.violation.invariant == "dirty-read"
     assert result.executions <= len(motifs(2, False)) * DELAY_FIRST, result.executions
+
+
+def test_a_double_release_racing_the_holders_own_is_found() -> None:
+    """A double-release guard read outside the lock that drops the reference: two releases of
+    one handle at once both pass it (Netty's Recycler). Only the racing-release motif makes two
+    such calls overlap; the sequential double release of the contract and the machine is refused."""
+    result = run_slice("delay", _target("ThreadQueueUnlockedGuardPool"), 0, 30.0, memo={})
+    assert result.finding is not None
+    assert result.finding.violation.invariant in ("queue-corruption", "shared-block", "lost-block")
+    assert result.executions <= 200, result.executions
+
+
+def _release(index: int, worker: str, start: float, end: float, result: bool, **args: Any) -> Operation:
+    return Operation(index, worker, "release", {"block": 0, **args}, start, end, "ok", result)
+
+
+def test_of_a_release_and_a_double_racing_it_exactly_one_puts_the_block_back() -> None:
+    """The pool cannot tell two calls through one handle apart, so either may answer True; the
+    other, refused, leaves the FREE block as it is. Both True is a block offered twice, neither a
+    block lost."""
+    acquire = Operation(0, "b0", "acquire", {"timeout": 0.0}, 0.0, 0.1, "ok", 0)
+    for holder_won, racer_won, right in (
+        (True, False, True),
+        (False, True, True),
+        (True, True, False),
+        (False, False, False),
+    ):
+        history = (
+            acquire,
+            _release(1, "b0", 1.0, 3.0, holder_won),
+            _release(2, "b1", 2.0, 2.5, racer_won, double=True, racing="b0"),
+        )
+        assert (check_history(history, 2).status == "ok") is right, (holder_won, racer_won)
+
+
+def test_a_release_that_lost_the_race_to_a_double_may_refuse_by_raising() -> None:
+    """When the racing double release put the block back first, the holder's own call is the
+    double: a pool that refuses it by raising is correct. Every interleaving of the racing motif
+    within two delays, on such a pool (it was a `crash` finding)."""
+    target = load_target("pools.tiny:TinyStrictPool")
+    (racing,) = [m for m in motifs(2, False) if any(step[0] == "rerelease" for p in m.programs for step in p)]
+    scheduler = DelayBoundedScheduler(2, woken_first=True)
+    found = search(
+        replace(scenario_config(target), scenario=racing), scheduler, max_executions=5000, budget_s=120
+    )
+    assert found.failure is None, found.failure
+    assert scheduler.exhausted and found.executions > 20
 
 
 def test_a_slow_machine_runs_the_whole_opening_round_in_the_first_slice() -> None:
@@ -96,10 +148,10 @@ def test_a_delay_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None
 
 
 def test_motifs_cover_the_protocol_pairs_and_grow_with_the_pool() -> None:
-    """Nine motifs for threads, eleven with cancellation for async; on real time the two whose
+    """Ten motifs for threads, twelve with cancellation for async; on real time the two whose
     waiters park for a second of virtual time are left out; a larger pool is drained."""
-    assert len(motifs(2, False)) == 9 and len(motifs(2, True)) == 11
-    assert len(motifs(2, False, virtual=False)) == 8 and len(motifs(2, True, virtual=False)) == 9
+    assert len(motifs(2, False)) == 10 and len(motifs(2, True)) == 12
+    assert len(motifs(2, False, virtual=False)) == 9 and len(motifs(2, True, virtual=False)) == 10
     assert any(len(program) == 5 + 4 for m in motifs(4, False) for program in m.programs)
 
 

@@ -159,7 +159,7 @@ class ThreadController:
         self.hot = False  # the scheduling point being passed is inside a lost-update window
         self._hints = hasattr(scheduler, "hot")  # the scheduler takes the hint (PCT)
         self._tells_woken = hasattr(scheduler, "woken")  # and the task just woken (delay)
-        self._was_runnable: set[int] = set()
+        self._was_runnable: list[int] = []
         self._fires_timers = bool(getattr(scheduler, "fires_timers", False))
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
@@ -390,8 +390,11 @@ class ThreadController:
         choices = sorted(runnable + sleepers) if sleepers else runnable
         hot, self.hot = self.hot, False
         if self._tells_woken:
-            was, self._was_runnable = self._was_runnable, set(runnable)
-            woken = next((t for t in runnable if t not in was and t != me.tid), None)
+            was, self._was_runnable, woken = self._was_runnable, runnable, None
+            for tid in runnable:
+                if tid not in was and tid != me.tid:
+                    woken = tid
+                    break
         if len(choices) == 1:
             return self.threads[choices[0]]
         if self._hints:

@@ -76,6 +76,7 @@ class PoolDriver(Scenarios):
         self.failed = False
         self._workers: dict[str, ThreadWorker] = {}
         self._scopes: dict[str, Any] = {}
+        self._newest: dict[str, int] = {}  # each scenario worker's latest block (see rerelease)
         self.loop: LoopThread | None = None
         args = (self.num_blocks, self.block_shape)
         kwargs = {"dtype": check_dtype(dtype), "device": device}

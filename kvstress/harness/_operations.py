@@ -158,6 +158,13 @@ class Operations:
         try:
             try:
                 returned = await self._call(index, "release", self.pool.release, handle)
+            except InvariantViolation as crash:
+                if not (isinstance(crash.__cause__, Exception) and self._raced(block_id)):
+                    raise
+                # A double release racing this one was the release: this one is the double,
+                # refused by raising (op_racing_release). Had neither put the block back, the
+                # quiet check finds it lost.
+                return False
             except Exception:
                 raise
             except BaseException:  # cancelled: settle the ledger by what the pool shows
@@ -326,6 +333,40 @@ class Operations:
             self.history.end(index, self._stamp(), "ok", returned)
         after = (self.pool.free_count(), list(self.pool.free_ids()))
         checkers.check_double_release(block_id, returned, before, after)
+
+    def _raced(self, block_id: int) -> bool:
+        """A double release racing the holder's own (``op_racing_release``) has begun on it."""
+        return any(
+            op.name == "release" and op.args.get("racing") and op.args.get("block") == block_id
+            for op in self.history.snapshot()
+        )
+
+    async def op_racing_release(self, holder: str, block_id: int, peer: str) -> None:
+        """Release ``peer``'s handle of a block whose release by ``peer`` is under way: a double
+        release racing the real one, marked ``double`` and ``racing`` in the history. The pool
+        cannot tell two calls through one handle apart, and either may be the one that puts the
+        block back: the linearizability model takes a refused release of a FREE block as a no-op,
+        so exactly one True of the two is right, and two (the block offered twice) or none (the
+        block lost) is a finding."""
+        handle = self.ledger.handles[block_id]
+        self._count_release()
+        args = {"block": block_id, "double": True, "racing": peer}
+        index = self.history.begin(holder, "release", args, self._stamp())
+        with self.ledger.lock:
+            self.ledger.releasing[block_id] += 1
+        try:
+            try:
+                returned = await self._call(index, "release", self.pool.release, handle)
+            except InvariantViolation as crash:
+                if not isinstance(crash.__cause__, Exception):
+                    raise
+                return  # refused by raising, as op_double_release allows
+            self.history.end(index, self._stamp(), "ok", returned, self._offer_deferred(returned, handle))
+            if returned is True:
+                with self.ledger.lock:
+                    self.ledger.returned[block_id] += 1
+        finally:
+            self._release_over(block_id, handle)
 
     async def op_misuse(self, holder: str, block_id: int, operation: str) -> None:
         """retain or mark_in_use on a block nobody holds must raise."""

@@ -18,11 +18,16 @@ from kvstress.controlled._reach import uses_api
 from kvstress.harness._batch_ops import BatchOperations
 from kvstress.harness._runner import CallHung, run_to_completion
 
+RERELEASE_TICK = 0.0005
+"""Seconds between a ``rerelease`` step's looks at whether its peer's release has begun."""
+RERELEASE_POLLS = 20
+
 
 class Scenarios(BatchOperations):
     """Operations in flight together: the lost-wakeup probes and concurrent batches."""
 
     _scopes: dict[str, Any]
+    _newest: dict[str, int]
     native_cancel: bool = False  # cancel with one Task.cancel(), as asyncio code does (speaks_anyio)
 
     def _cancel_scope(self) -> Any:
@@ -217,6 +222,7 @@ class Scenarios(BatchOperations):
                     block_id = await self.op_acquire(holder, arg)
                 self._scopes.pop(holder, None)
                 if block_id is not None:
+                    self._newest[holder] = block_id
                     await self.op_mark(holder, block_id)
                     await self.op_write(holder, block_id)
             elif kind == "acquire_many" and self.has_acquire_many:
@@ -241,6 +247,25 @@ class Scenarios(BatchOperations):
                 await self._sleep(arg)
             elif kind == "wait" and not mine:
                 await self.wait_handed(holder, arg)
+            elif kind == "rerelease":
+                await self._rerelease(holder, f"b{arg}")
+
+    async def _rerelease(self, holder: str, peer: str) -> None:
+        """Release ``peer``'s latest block again once the peer's own release of it has begun
+        (``_programs``' ``rerelease``), polling for that up to ``RERELEASE_POLLS`` short
+        sleeps; nothing if it has not begun by then, or if another tenancy of it is open."""
+        block_id = self._newest.get(peer)
+        if block_id is None:
+            return
+        for _ in range(RERELEASE_POLLS):
+            with self.ledger.lock:
+                begun = block_id not in self.ledger.open or peer not in self.ledger.open[block_id].refs
+                taken = block_id in self.ledger.open
+            if begun:
+                if not taken:
+                    await self.op_racing_release(holder, block_id, peer)
+                return
+            await self._sleep(RERELEASE_TICK)
 
     async def _batch_step(self, holder: str, n: int, timeout: float) -> None:
         """A program's acquire_many: cancellable (async) like its acquire; each block is marked

@@ -84,6 +84,7 @@ from kvstress.mutants._mutants_ordinary import (
     ThreadPollingUnlockedCheckPool as ThreadPollingUnlockedCheckPool,
 )
 from kvstress.mutants._mutants_ordinary import ThreadQueuePutBeforeResetPool as ThreadQueuePutBeforeResetPool
+from kvstress.mutants._mutants_ordinary import ThreadQueueUnlockedGuardPool as ThreadQueueUnlockedGuardPool
 from kvstress.mutants._mutants_ordinary import (
     ThreadSemaphoreUnitBeforeQueuePool as ThreadSemaphoreUnitBeforeQueuePool,
 )

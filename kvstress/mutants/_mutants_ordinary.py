@@ -14,7 +14,7 @@ import time
 import anyio
 import trio
 
-from kvstress.mutants._block import Block, seconds
+from kvstress.mutants._block import HELD, Block, seconds
 from kvstress.mutants._ordinary_anyio import (
     AnyioCapacityLimiterPool,
     AnyioConditionPool,
@@ -287,6 +287,26 @@ class ThreadQueuePutBeforeResetPool(ThreadQueuePool):
             return False
         self._put(block)
         self._reset(block)  # BUG: after the put
+        return True
+
+
+class ThreadQueueUnlockedGuardPool(ThreadQueuePool):
+    """release checks that the block is held before it takes the lock that drops the reference:
+    two releases of one handle at once (an abort path beside the normal finish) both pass the
+    check, and the block is queued twice (Netty's Recycler, issue 9433, fixed by one CAS)."""
+
+    expected = ("queue-corruption", "shared-block", "lost-block")
+
+    def release(self, block: Block) -> bool:
+        if block.state not in HELD or block.refcount < 1:  # BUG: the guard, outside the lock
+            return False
+        with self._guard:
+            block.refcount -= 1
+            if block.refcount > 0:
+                return False
+            block.state = BlockState.RELEASING
+        self._reset(block)
+        self._put(block)
         return True
 
 

@@ -125,6 +125,7 @@ class ScenarioOps(Scenarios):
             watch_stalls()
         self._workers = {}
         self._scopes = {}
+        self._newest = {}
         self.native_cancel = config.is_async and config.backend == "asyncio" and not speaks_anyio(pool)
         self.backoff_bound = self.timing.backoff_bound_of(pool)
 

@@ -6,6 +6,8 @@ time, and are small enough that every interleaving with one or two delays can be
 from the protocol alone, not from any pool's code:
 
 - two holders of one shared block release it together (refcount, zero test, double offer);
+- a double release through the same handle races the holder's own release (a double-release
+  guard checked apart from the change it guards: both pass, the block is queued twice);
 - a share (retain) races a sharer's release of the same block;
 - two acquirers race for the last free block (check-then-take, counter updates);
 - releases come back to a waiter parked in acquire (wake-ups, reset before offer);
@@ -45,6 +47,7 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
     parked: list[Step] = [("sleep", SETTLE / 2), ("acquire", PARKED_WAIT)]
     found = [
         _of([("acquire", 0.0), ("share", 1), ("release", None)], [wait, ("release", None)]),
+        _of([("acquire", 0.0), ("sleep", SETTLE), ("release", None)], [("sleep", SETTLE), ("rerelease", 0)]),
         _of(
             [("acquire", 0.0), ("share", 1), ("share", 2), ("release", None)],
             [wait, ("release", None)],

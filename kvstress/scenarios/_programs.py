@@ -13,7 +13,13 @@ A step is ``(kind, argument)``, as ``Scenarios.run_program`` runs it:
   at most ``seconds``;
 - ``("cancel", peer)``: (async) cancel ``peer``'s acquire if one is in flight;
 - ``("acquire_many", [n, timeout])``: (pools with the optional ``acquire_many``) take n blocks
-  at once, with a finite timeout; each is marked in use and given a fresh canary.
+  at once, with a finite timeout; each is marked in use and given a fresh canary;
+- ``("rerelease", peer)``: once ``peer``'s release of its latest block has begun, release that
+  block's handle again, a double release racing the peer's own (two paths of a server freeing
+  one request's blocks at once: an abort and the normal finish). Of the two, one puts the block
+  back and the other is refused. Only the motif that races them uses it: a block taken again by
+  a third worker meanwhile would make it a stale handle's release, which the protocol does not
+  ask a pool to tell from its new holder's.
 
 Acquires always have a finite timeout: a worker waiting forever for a block another worker keeps
 until its program ends would be a deadlock of the scenario, not of the pool. Blocks still held
@@ -29,7 +35,18 @@ from typing import Any
 Step = tuple[str, Any]
 Program = tuple[Step, ...]
 
-STEP_KINDS = ("acquire", "release", "share", "verify", "pause", "sleep", "wait", "cancel", "acquire_many")
+STEP_KINDS = (
+    "acquire",
+    "release",
+    "share",
+    "verify",
+    "pause",
+    "sleep",
+    "wait",
+    "cancel",
+    "acquire_many",
+    "rerelease",
+)
 
 TIMEOUTS = (0.0, 0.01, 0.05, 0.2)
 """The acquire timeouts a generated step draws from, in seconds."""

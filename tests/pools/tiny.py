@@ -109,3 +109,24 @@ class TinyCheckThenPollPool(TinyPool):
             with self._lock:
                 return self._take()  # BUG: another acquirer may have emptied it meanwhile
         return super().acquire(timeout)
+
+
+class TinyStrictPool(TinyPool):
+    """Correct: a double release is refused by raising (as ``threading.BoundedSemaphore`` refuses
+    one release too many, and vLLM's allocators a double free); the reset runs between two lock
+    sections, outside the lock."""
+
+    def release(self, block: Block) -> bool:
+        with self._lock:
+            if block.refcount < 1:
+                raise RuntimeError(f"block {block.id} released twice")
+            block.refcount -= 1
+            if block.refcount:
+                return False
+            block.state = BlockState.RELEASING
+        block.data.zero_()
+        with self._lock:
+            block.state = BlockState.FREE
+            self._free.append(block)
+            self._not_empty.notify()
+        return True
