@@ -47,7 +47,6 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
     parked: list[Step] = [("sleep", SETTLE / 2), ("acquire", PARKED_WAIT)]
     found = [
         _of([("acquire", 0.0), ("share", 1), ("release", None)], [wait, ("release", None)]),
-        _of([("acquire", 0.0), ("sleep", SETTLE), ("release", None)], [("sleep", SETTLE), ("rerelease", 0)]),
         _of(
             [("acquire", 0.0), ("share", 1), ("share", 2), ("release", None)],
             [wait, ("release", None)],
@@ -65,6 +64,8 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
         # and a third takes the next: the free list's head is the same block again, its link
         # is not (ABA on a lock-free head compared by pointer alone).
         _of([("acquire", 0.0)], [("acquire", 0.0), ("release", None)], [("acquire", 0.0)]),
+        # A double release through the holder's handle, begun once its own release has begun.
+        _of([("acquire", 0.0), ("sleep", SETTLE), ("release", None)], [("sleep", SETTLE), ("rerelease", 0)]),
     ]
     if is_async:
         found.append(
