@@ -6,8 +6,6 @@ time, and are small enough that every interleaving with one or two delays can be
 from the protocol alone, not from any pool's code:
 
 - two holders of one shared block release it together (refcount, zero test, double offer);
-- a double release through the same handle races the holder's own release (a double-release
-  guard checked apart from the change it guards: both pass, the block is queued twice);
 - a share (retain) races a sharer's release of the same block;
 - two acquirers race for the last free block (check-then-take, counter updates);
 - releases come back to a waiter parked in acquire (wake-ups, reset before offer);
@@ -17,6 +15,8 @@ from the protocol alone, not from any pool's code:
   updates of unrelated blocks);
 - an acquirer paused inside its take while others take, give back and take again (ABA on a
   free list's head);
+- a double release through the same handle races the holder's own release (a double-release
+  guard checked apart from the change it guards: both pass, the block is queued twice);
 - for async pools: a waiter cancelled as its block is handed to it, alone, and with another
   waiter parked beside it that must then get the block;
 - a waiter whose deadline lands as its block is handed to it, with another parked beside it.
