@@ -6,6 +6,8 @@ time, and are small enough that every interleaving with one or two delays can be
 from the protocol alone, not from any pool's code:
 
 - two holders of one shared block release it together (refcount, zero test, double offer);
+- a double release through the same handle races the holder's own release (a double-release
+  guard checked apart from the change it guards: both pass, the block is queued twice);
 - a share (retain) races a sharer's release of the same block;
 - two acquirers race for the last free block (check-then-take, counter updates);
 - releases come back to a waiter parked in acquire (wake-ups, reset before offer);
@@ -15,8 +17,6 @@ from the protocol alone, not from any pool's code:
   updates of unrelated blocks);
 - an acquirer paused inside its take while others take, give back and take again (ABA on a
   free list's head);
-- a double release through the same handle races the holder's own release (a double-release
-  guard checked apart from the change it guards: both pass, the block is queued twice);
 - for async pools: a waiter cancelled as its block is handed to it, alone, and with another
   waiter parked beside it that must then get the block;
 - a waiter whose deadline lands as its block is handed to it, with another parked beside it.
@@ -47,6 +47,8 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
     parked: list[Step] = [("sleep", SETTLE / 2), ("acquire", PARKED_WAIT)]
     found = [
         _of([("acquire", 0.0), ("share", 1), ("release", None)], [wait, ("release", None)]),
+        # A double release through the holder's handle, begun once its own release has begun.
+        _of([("acquire", 0.0), ("sleep", SETTLE), ("release", None)], [("sleep", SETTLE), ("rerelease", 0)]),
         _of(
             [("acquire", 0.0), ("share", 1), ("share", 2), ("release", None)],
             [wait, ("release", None)],
@@ -64,8 +66,6 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
         # and a third takes the next: the free list's head is the same block again, its link
         # is not (ABA on a lock-free head compared by pointer alone).
         _of([("acquire", 0.0)], [("acquire", 0.0), ("release", None)], [("acquire", 0.0)]),
-        # A double release through the holder's handle, begun once its own release has begun.
-        _of([("acquire", 0.0), ("sleep", SETTLE), ("release", None)], [("sleep", SETTLE), ("rerelease", 0)]),
     ]
     if is_async:
         found.append(
