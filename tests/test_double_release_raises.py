@@ -81,3 +81,29 @@ def test_a_release_of_a_held_block_that_raises_is_still_a_crash() -> None:
         assert caught.value.invariant == "crash"
     finally:
         driver.close()
+
+
+class OutOfMemoryOnDoubleFreePool(ThreadConditionPool):
+    """Planted: the pool runs out of memory in a release (here, one of a block it does not hold,
+    where a refusal by raising would be accepted)."""
+
+    def release(self, block):  # type: ignore[no-untyped-def]
+        with self._cond:
+            if block.refcount < 1:
+                raise MemoryError("out of memory")
+        return super().release(block)
+
+
+def test_a_double_release_that_runs_out_of_memory_is_a_crash() -> None:
+    """A MemoryError is the pool failing, not a refusal: CI once saw a pool that dies of memory on
+    its 50th release go unreported when that release was a double one."""
+    driver = PoolDriver(OutOfMemoryOnDoubleFreePool, num_blocks=2)
+    try:
+        block = driver.acquire("h0", 0)
+        assert block is not None
+        driver.release("h0", block)
+        with pytest.raises(InvariantViolation) as caught:
+            driver.double_release("h0", block)
+        assert caught.value.invariant == "crash"
+    finally:
+        driver.close()

@@ -159,7 +159,7 @@ class Operations:
             try:
                 returned = await self._call(index, "release", self.pool.release, handle)
             except InvariantViolation as crash:
-                if not (isinstance(crash.__cause__, Exception) and self._raced(block_id)):
+                if not (_refusal(crash) and self._raced(block_id)):
                     raise
                 # A double release racing this one was the release: this one is the double,
                 # refused by raising (op_racing_release). Had neither put the block back, the
@@ -324,7 +324,7 @@ class Operations:
         try:
             returned = await self._call(index, "release", self.pool.release, handle)
         except InvariantViolation as crash:
-            if not isinstance(crash.__cause__, Exception):
+            if not _refusal(crash):
                 raise
             # Refused by raising, as threading.BoundedSemaphore refuses one release too many and
             # vLLM's allocators a double free: as good as False, if nothing changed.
@@ -358,7 +358,7 @@ class Operations:
             try:
                 returned = await self._call(index, "release", self.pool.release, handle)
             except InvariantViolation as crash:
-                if not isinstance(crash.__cause__, Exception):
+                if not _refusal(crash):
                     raise
                 return  # refused by raising, as op_double_release allows
             self.history.end(index, self._stamp(), "ok", returned, self._offer_deferred(returned, handle))
@@ -546,3 +546,11 @@ class Operations:
         if worker is None:
             worker = self._workers[holder] = ThreadWorker(holder)
         return worker
+
+
+def _refusal(crash: InvariantViolation) -> bool:
+    """A pool call that raised may refuse a double release so (any ``Exception``, as
+    ``threading.BoundedSemaphore`` refuses one release too many), but not by running out of
+    memory: a ``MemoryError`` is the pool failing, whichever call it lands in."""
+    cause = crash.__cause__
+    return isinstance(cause, Exception) and not isinstance(cause, MemoryError)
