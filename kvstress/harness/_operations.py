@@ -153,35 +153,60 @@ class Operations:
         last = self.ledger.give_up(holder, block_id)
         self._count_release()
         index = self.history.begin(holder, "release", {"block": block_id}, self._stamp())
-        with self.ledger.lock:
-            self.ledger.releasing[block_id] += 1
-        try:
-            try:
-                returned = await self._call(index, "release", self.pool.release, handle)
-            except InvariantViolation as crash:
-                if not (_refusal(crash) and self._raced(block_id)):
-                    raise
-                # A double release racing this one was the release: this one is the double,
-                # refused by raising (op_racing_release). Had neither put the block back, the
-                # quiet check finds it lost.
-                return False
-            except Exception:
-                raise
-            except BaseException:  # cancelled: settle the ledger by what the pool shows
-                self._settle_cancelled_release(holder, tenancy, handle, last, index)
-                raise
-            self.history.end(index, self._stamp(), "ok", returned, self._offer_deferred(returned, handle))
-            if returned is True:
-                with self.ledger.lock:
-                    self.ledger.returned[block_id] += 1
-        finally:
-            self._release_over(block_id, handle)
+        returned = await self._release_call(
+            index,
+            block_id,
+            handle,
+            # A double release racing this one was the release: this one is the double, refused
+            # by raising (op_racing_release). Had neither put the block back, the quiet check
+            # finds it lost.
+            refused=lambda: self._raced(block_id),
+            cancelled=lambda: self._settle_cancelled_release(holder, tenancy, handle, last, index),
+        )
+        if returned is _REFUSED:
+            return False
         if self.sequential:
             checkers.check_release_result(block_id, returned, last)
             if not last:
                 remaining = self.ledger.open[block_id].total_refs
                 checkers.check_refcount(block_id, self._refcount(handle), remaining, "release")
         return bool(returned)
+
+    async def _release_call(
+        self,
+        index: int,
+        block_id: int,
+        handle: Any,
+        *,
+        refused: Callable[[], bool],
+        cancelled: Callable[[], None] | None = None,
+    ) -> object:
+        """Release ``handle`` for history operation ``index``, counted among the releases of
+        ``block_id`` in flight; the pool's answer, or ``_REFUSED`` when it raised an exception
+        that ``refused()`` takes for refusing a double release. ``cancelled`` settles the ledger
+        when the call is cancelled."""
+        with self.ledger.lock:
+            self.ledger.releasing[block_id] += 1
+        try:
+            try:
+                returned = await self._call(index, "release", self.pool.release, handle)
+            except InvariantViolation as crash:
+                if not (_refusal(crash) and refused()):
+                    raise
+                return _REFUSED
+            except Exception:
+                raise
+            except BaseException:  # cancelled: settle the ledger by what the pool shows
+                if cancelled is not None:
+                    cancelled()
+                raise
+            self.history.end(index, self._stamp(), "ok", returned, self._offer_deferred(returned, handle))
+            if returned is True:
+                with self.ledger.lock:
+                    self.ledger.returned[block_id] += 1
+            return returned
+        finally:
+            self._release_over(block_id, handle)
 
     def _settle_cancelled_release(
         self, holder: str, tenancy: Any, handle: Any, last: bool, index: int
@@ -352,21 +377,8 @@ class Operations:
         self._count_release()
         args = {"block": block_id, "double": True, "racing": peer}
         index = self.history.begin(holder, "release", args, self._stamp())
-        with self.ledger.lock:
-            self.ledger.releasing[block_id] += 1
-        try:
-            try:
-                returned = await self._call(index, "release", self.pool.release, handle)
-            except InvariantViolation as crash:
-                if not _refusal(crash):
-                    raise
-                return  # refused by raising, as op_double_release allows
-            self.history.end(index, self._stamp(), "ok", returned, self._offer_deferred(returned, handle))
-            if returned is True:
-                with self.ledger.lock:
-                    self.ledger.returned[block_id] += 1
-        finally:
-            self._release_over(block_id, handle)
+        # refused by raising, as op_double_release allows
+        await self._release_call(index, block_id, handle, refused=lambda: True)
 
     async def op_misuse(self, holder: str, block_id: int, operation: str) -> None:
         """retain or mark_in_use on a block nobody holds must raise."""
@@ -546,6 +558,9 @@ class Operations:
         if worker is None:
             worker = self._workers[holder] = ThreadWorker(holder)
         return worker
+
+
+_REFUSED = object()  # a release the pool refused by raising (_release_call)
 
 
 def _refusal(crash: InvariantViolation) -> bool:
