@@ -195,8 +195,8 @@ class ThreadController:
 
     def yield_point(self) -> None:
         """A scheduling point: the scheduler may hand the baton to another runnable thread."""
-        me = self.me()
-        if me is None:
+        me = self.current  # self.me(), inline: this runs at every scheduling point
+        if me is None or me.ident != _thread.get_ident():
             return
         self.steps += 1
         self._instant_steps += 1
@@ -375,11 +375,19 @@ class ThreadController:
         are scheduled like any other, but the execution ends, as a Python process does, once
         every other thread has finished: the daemons left are unwound (None is returned).
         """
-        if all(t.finished for t in self.threads if not t.daemon):
+        # Plain loops, no comprehension: this runs at every scheduling point, and on a traced
+        # thread each nested function call is a trace event too.
+        runnable = []
+        live = False
+        for thread in self.threads:
+            if not thread.finished:
+                live = live or not thread.daemon
+                if thread.waiting is None:
+                    runnable.append(thread.tid)
+        if not live:
             if not self.aborting:
                 self.aborting, self._instant_steps = True, 0  # no failure: the run is over
             return None
-        runnable = [t.tid for t in self.threads if t.runnable]
         if not runnable:
             runnable = self._advance_time()
             if not runnable:
@@ -402,12 +410,21 @@ class ThreadController:
         if self._tells_woken:
             self.scheduler.woken = woken  # type: ignore[attr-defined]
         starved = self._starved
-        overdue = [t for t in runnable if starved.get(t, 0) >= FAIRNESS_BOUND]
+        tid = -1
+        for other in runnable:
+            if starved.get(other, 0) >= FAIRNESS_BOUND:
+                tid = other
+                break
         try:
-            tid = overdue[0] if overdue else self.scheduler.next_task(choices, me.tid)
+            if tid < 0:
+                tid = self.scheduler.next_task(choices, me.tid)
         except BaseException as error:
             self._fail_here(error)
-        self._starved = {other: starved.get(other, 0) + 1 for other in runnable if other != tid}
+        passed_over = {}
+        for other in runnable:
+            if other != tid:
+                passed_over[other] = starved.get(other, 0) + 1
+        self._starved = passed_over
         if tid not in choices:
             self._fail_here(
                 SchedulerMisbehaved(

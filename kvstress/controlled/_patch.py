@@ -393,8 +393,22 @@ _REAL_LOCK = type(threading.Lock())
 _REAL_RLOCK = type(threading.RLock())
 
 
+_NEVER_PRIMITIVE = frozenset(
+    {
+        type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, types.MethodType,
+        types.MethodDescriptorType, types.WrapperDescriptorType, types.GetSetDescriptorType,
+        types.MemberDescriptorType, property, staticmethod, classmethod, functools.partial,
+        str, bytes, int, float, bool, type(None), tuple, frozenset, dict,
+    }
+)  # fmt: skip
+"""The types of most of a module's globals and a class's attributes, which no copier takes:
+rejected by one lookup, since every name is looked at each run."""
+
+
 def _made(real: object, made: dict[int, object], copier: _Copier) -> object | None:
     """The copy of ``real`` made already, else a new one (kept in ``made``), else None."""
+    if type(real) in _NEVER_PRIMITIVE:
+        return None
     if id(real) not in made:
         stand_in = copier(real, made)
         if stand_in is None:
