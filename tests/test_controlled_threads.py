@@ -31,7 +31,15 @@ from kvstress.controlled import (
     run_threads,
     spawn,
 )
-from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler, ReplayScheduler, Scheduler
+from kvstress.controlled._baton import ThreadController
+from kvstress.schedulers import (
+    DelayBoundedScheduler,
+    DFSScheduler,
+    PCTScheduler,
+    RandomScheduler,
+    ReplayScheduler,
+    Scheduler,
+)
 
 REAL_THREADING, REAL_TIME, REAL_QUEUE = threading, time, queue
 REAL_LOCK = threading.Lock  # _thread.allocate_lock before Python 3.13, the _thread.lock class since
@@ -935,3 +943,35 @@ def test_without_max_time_a_deadlock_beside_a_daemon_ends_at_the_horizon() -> No
         run(main)
     assert len(rounds) == 120  # 3600 s of 30 s rounds
     _join_abandoned_threads()
+
+
+class _HintLog(DelayBoundedScheduler):
+    """The plain delay-bounded run (no delay: the thread that ran goes on while it can), recording
+    the baton's woken hint at each decision it is asked."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.hints: list[int | None] = []
+
+    def next_task(self, runnable: Sequence[int], current: int | None) -> int:
+        self.hints.append(self.woken)
+        return super().next_task(runnable, current)
+
+
+def test_the_baton_tells_a_woken_thread_but_not_a_started_one() -> None:
+    """A thread waiting on a lock the last one released is woken (the delay strategy may run it
+    first); a thread just started is not: it was never waiting, and both bases begin alike."""
+    log = _HintLog()
+    controller = ThreadController(log)
+
+    def main() -> None:
+        lock = _coop.Lock()
+        lock.acquire()
+        _coop.Thread(target=lock.acquire, name="waiter").start()
+        _coop.Thread(target=functools.partial(_coop.sleep, 0.02), name="other").start()
+        _coop.sleep(0.01)  # every other thread runs meanwhile: the waiter parks on the lock
+        lock.release()
+        controller.yield_point()
+
+    controller.run(main)
+    assert [hint for hint in log.hints if hint is not None] == [1]  # after the release only

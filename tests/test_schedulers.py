@@ -489,6 +489,37 @@ def test_delay_bounded_runs_a_woken_task_first_from_its_second_base() -> None:
     assert not plain.new_execution()
 
 
+def _woken_runs(scheduler: DelayBoundedScheduler, wakes: bool) -> list[tuple[int, ...]]:
+    """Every run of a three-task model: task 1 takes 3 steps, tasks 2 and 3 two each; with
+    ``wakes``, task 3 waits until task 1's second step wakes it."""
+    runs = []
+    while scheduler.new_execution():
+        left, order, current, was = {1: 3, 2: 2, 3: 2}, [], None, set()
+        while any(left.values()):
+            runnable = [t for t in (1, 2, 3) if left[t] and (t != 3 or not wakes or left[1] < 2)]
+            scheduler.woken = next((t for t in runnable if t not in was and t != current), None)
+            was = set(runnable)
+            current = scheduler.next_task(runnable, current)
+            left[current] -= 1
+            order.append(current)
+        runs.append(tuple(order))
+    return runs
+
+
+@pytest.mark.parametrize("bound", [0, 1, 2])
+def test_delay_bounded_runs_a_plan_once_where_its_base_changed_nothing(bound: int) -> None:
+    """A plan whose run from the woken-first base never let the base change a choice would run the
+    same execution from the other base: it runs once, and the interleavings the other base
+    reaches are all still run. Where nothing is woken, that is every plan: no run twice (each
+    ran twice before: 70 runs of 35 interleavings at bound 2)."""
+    for wakes in (False, True):
+        runs = _woken_runs(DelayBoundedScheduler(bound, woken_first=True), wakes)
+        plain = _woken_runs(DelayBoundedScheduler(bound), wakes)
+        assert set(plain) <= set(runs)
+        if not wakes:
+            assert sorted(runs) == sorted(plain)  # each once, and no more than the plain base runs
+
+
 def test_delay_bounded_holds_back_cold_plans_until_allowed() -> None:
     """With ``max_cold = 0`` only all-hot plans run; raising it goes on where it stopped."""
     steps = {1: 2, 2: 2}

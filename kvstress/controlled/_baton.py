@@ -160,6 +160,7 @@ class ThreadController:
         self._hints = hasattr(scheduler, "hot")  # the scheduler takes the hint (PCT)
         self._tells_woken = hasattr(scheduler, "woken")  # and the task just woken (delay)
         self._was_runnable: list[int] = []
+        self._was_known = 0  # threads started by the decision before (a new one is not woken)
         self._fires_timers = bool(getattr(scheduler, "fires_timers", False))
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
@@ -399,8 +400,9 @@ class ThreadController:
         hot, self.hot = self.hot, False
         if self._tells_woken:
             was, self._was_runnable, woken = self._was_runnable, runnable, None
+            known, self._was_known = self._was_known, len(self.threads)
             for tid in runnable:
-                if tid not in was and tid != me.tid:
+                if tid not in was and tid != me.tid and tid < known:
                     woken = tid
                     break
         if len(choices) == 1:

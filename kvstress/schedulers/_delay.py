@@ -25,8 +25,12 @@ equal rank: the woken task runs at once and goes on while it can, as on a multip
 woken thread does not wait for its waker to park. A hand-off race sits at the wake-up: a
 waiter that takes its block before the releaser's next line (a reset after the offer, a second
 release that finds the wake-up spent, a queue put before the block is zeroed) is no delay at
-all from this base, where from the other it is one delay at one decision among hundreds. An
-interleaving may then run once from each base.
+all from this base, where from the other it is one delay at one decision among hundreds. A plan
+whose run from the woken-first base never let the base change a choice (nothing was woken, or
+the woken task was the default anyway) would run the same execution from the other base: it does
+not run again there, and its next plans for that base are queued from the run it had. Where
+nothing is ever woken, that halves the runs; an interleaving may still run once from each base
+under two different plans.
 """
 
 from __future__ import annotations
@@ -76,6 +80,12 @@ class DelayBoundedScheduler(SchedulerBase):
         # This execution's decisions: (runnable, the default choice, hot).
         self._trace: list[tuple[tuple[int, ...], int, bool]] | None = []
         self._exhausted = False
+        self._mattered = False  # whether this execution's base changed a choice
+        self._waiting: set[tuple[tuple[int, int], ...]] = {()} if woken_first else set()
+        """The plans queued from the other base (the waker goes on), not run yet."""
+        self._twins: set[tuple[tuple[int, int], ...]] = set()
+        """Those of them whose run from the woken-first base never let the base change a choice:
+        from the other base they would run the same execution, so they do not run (``_expand``)."""
         self.max_cold: int | None = None
         self.max_delays: int | None = None
         """When set, ``new_execution`` is False while the best plan left has more cold (not
@@ -97,18 +107,24 @@ class DelayBoundedScheduler(SchedulerBase):
         if self.executions and self._trace is not None:
             self._expand()
             self._trace = None  # expanded: a refused call below must not expand it again
-        if not self._queue:
+        queue = self._queue
+        while queue and queue[0][2] == _WAKER_GOES_ON and queue[0][4] in self._twins:
+            self._twins.discard(heapq.heappop(queue)[4])  # run already, from the other base
+        if not queue:
             self._exhausted = True
             return False
-        cold, delays, _, _, _ = self._queue[0]
+        cold, delays, _, _, _ = queue[0]
         if (self.max_cold is not None and cold > self.max_cold) or (
             self.max_delays is not None and delays > self.max_delays
         ):
             return False
         self._cold, _, self._base, _, plan = heapq.heappop(self._queue)
+        if self._base == _WAKER_GOES_ON:
+            self._waiting.discard(plan)
         self._plan = dict(plan)
         self._last = max(self._plan, default=-1)
         self._trace = []
+        self._mattered = False
         self.hot = False
         self.executions += 1
         return True
@@ -119,13 +135,15 @@ class DelayBoundedScheduler(SchedulerBase):
     def _pick(self, runnable: Sequence[int], current: int | None) -> int:
         hot, self.hot = self.hot, False
         woken, self.woken = self.woken, None
+        default = current if current is not None and current in runnable else runnable[0]
+        planned = self._plan.get(len(self._trace or ()), -1)
+        chosen = planned if planned in runnable else default
         if self._base == _WOKEN_FIRST and woken is not None and woken in runnable:
+            if planned not in runnable:
+                # The choice this base makes, where the other would have gone on with default.
+                self._mattered = self._mattered or default != woken
+                chosen = woken
             default = woken
-        else:
-            default = current if current is not None and current in runnable else runnable[0]
-        chosen = self._plan.get(len(self._trace or ()), default)
-        if chosen not in runnable:
-            chosen = default
         trace = self._trace
         assert trace is not None  # set by _begin for the execution in progress
         trace.append((tuple(runnable), default, hot))
@@ -134,9 +152,18 @@ class DelayBoundedScheduler(SchedulerBase):
     def _expand(self) -> None:
         """Queue the last execution's plan plus one more delay at each decision after its last."""
         delays, trace = len(self._plan), self._trace
-        if delays >= self.bound or trace is None:
+        if trace is None:
             return
         base = tuple(sorted(self._plan.items()))
+        bases = [self._base]
+        if self._base == _WOKEN_FIRST and not self._mattered and base in self._waiting:
+            # The other base would run this very execution: its plans are queued now, from this
+            # run's decisions, and the plan does not run from it (``_begin``).
+            self._waiting.discard(base)
+            self._twins.add(base)
+            bases.append(_WAKER_GOES_ON)
+        if delays >= self.bound:
+            return
         full = len(self._queue) >= MAX_PLANS
         for at in range(self._last + 1, len(trace)):
             runnable, default, hot = trace[at]
@@ -146,5 +173,8 @@ class DelayBoundedScheduler(SchedulerBase):
             for task in runnable:
                 if task != default:
                     plan = (*base, (at, task))
-                    heapq.heappush(self._queue, (cold, delays + 1, self._base, self._pushed, plan))
-                    self._pushed += 1
+                    for which in bases:
+                        heapq.heappush(self._queue, (cold, delays + 1, which, self._pushed, plan))
+                        self._pushed += 1
+                        if which == _WAKER_GOES_ON:
+                            self._waiting.add(plan)
