@@ -81,6 +81,7 @@ class DelayBoundedScheduler(SchedulerBase):
         self._trace: list[tuple[tuple[int, ...], int, bool]] | None = []
         self._exhausted = False
         self._mattered = False  # whether this execution's base changed a choice
+        self._bases_twinned = woken_first  # two bases, whose runs may be one
         self._waiting: set[tuple[tuple[int, int], ...]] = {()} if woken_first else set()
         """The plans queued from the other base (the waker goes on), not run yet."""
         self._twins: set[tuple[tuple[int, int], ...]] = set()
@@ -176,5 +177,5 @@ class DelayBoundedScheduler(SchedulerBase):
                     for which in bases:
                         heapq.heappush(self._queue, (cold, delays + 1, which, self._pushed, plan))
                         self._pushed += 1
-                        if which == _WAKER_GOES_ON:
+                        if which == _WAKER_GOES_ON and self._bases_twinned:
                             self._waiting.add(plan)
