@@ -101,8 +101,9 @@ class DelayBoundedScheduler(SchedulerBase):
 
     @property
     def pending(self) -> int:
-        """Candidate plans not run yet."""
-        return len(self._queue)
+        """Candidate plans queued and not run yet, those known to be twins left out (a bound:
+        more may turn out twins, and each run queues more)."""
+        return len(self._queue) - len(self._twins)
 
     def _begin(self) -> bool:
         if self.executions and self._trace is not None:
