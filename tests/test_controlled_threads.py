@@ -688,6 +688,113 @@ def test_hot_lines_run_from_a_read_of_an_attribute_to_its_store() -> None:
     assert hot_lines(none.__code__) == frozenset()
 
 
+def test_quiet_lines_touch_only_locals_and_constants() -> None:
+    """A line that only moves locals and constants needs no scheduling point; a truth test of a
+    local (it may alias a shared list), a call, an attribute and a return keep theirs."""
+    from kvstress.controlled._quiet import quiet_lines
+
+    def sample(box: Any, free: list[int]) -> int:
+        n = 0  # the def's line + 1: quiet
+        alias = free  # + 2: quiet
+        if alias:  # + 3: reads the list's length through the alias
+            n = len(alias)  # + 4
+        if n is None:  # + 5: quiet, an identity test
+            alias = []  # + 6: builds a list
+        box.n = n  # + 7
+        return n  # + 8
+
+    first = sample.__code__.co_firstlineno
+    assert quiet_lines(sample.__code__) - {first} == {first + 1, first + 2, first + 5}
+
+
+def padded(*, pad: bool) -> list[str]:
+    """Two threads append their names; with ``pad``, each also runs lines of locals alone."""
+    out: list[str] = []
+
+    def worker(name: str) -> None:
+        out.append(name)
+        out.append(name)
+
+    def padded_worker(name: str) -> None:
+        a = 1
+        b = a
+        out.append(name)
+        a = b
+        del a
+        out.append(name)
+
+    work = padded_worker if pad else worker
+    threads = [spawn(functools.partial(work, name), name=name) for name in "ab"]
+    for thread in threads:
+        thread.join()
+    return out
+
+
+def test_lines_of_locals_alone_add_no_interleaving() -> None:
+    """Every interleaving of two threads, with and without lines that touch only their locals:
+    as many executions either way (each such line had its own point, a decision to explore)."""
+    runs = []
+    for pad in (False, True):
+        found = explore_threads(
+            lambda pad=pad: padded(pad=pad),
+            DFSScheduler(preemption_bound=3),
+            max_executions=5000,
+            modules=[__name__],
+        )
+        assert found.exhausted and found.failure is None
+        runs.append(found.executions)
+    assert runs[0] == runs[1]
+
+
+def test_a_loop_of_quiet_lines_still_passes_a_point() -> None:
+    """A spin on locals alone passes a scheduling point each time round, so the step limit ends
+    it: a loop with no point at all would never hand the baton back."""
+
+    def main() -> None:
+        def spin() -> None:
+            x = 0
+            while True:
+                x = 1
+                del x
+
+        spawn(spin, name="spinner").join()
+
+    with pytest.raises(StepLimitExceeded) as info:
+        run(main, max_steps=500)
+    assert info.value.culprit == "spinner"
+
+
+def test_a_park_closes_a_window_from_the_check_before_it() -> None:
+    """``block = self._scan()`` ... ``with self._cond:`` ``self._cond.wait()``: the lines after
+    the check, up to the ``with`` that shuts the notifier out, are a check-then-park window;
+    with no ``with`` on the waited object, up to the wait. Kept apart from the lost-update
+    windows: only a scheduler that asks for them (delay) gets them."""
+    from kvstress.controlled._baton import hot_lines, park_lines
+
+    class Waiter:
+        def acquire(self) -> Any:
+            block = self._scan()  # the def's line + 1
+            if block is not None:  # + 2
+                return block  # + 3
+            with self._cond:  # + 4
+                self._cond.wait()  # + 5
+            return None
+
+        def on_event(self) -> None:
+            ready = self._ready()  # the def's line + 1
+            if not ready:  # + 2
+                self._event.wait()  # + 3
+
+    acquire, on_event = Waiter.acquire.__code__, Waiter.on_event.__code__
+    first = acquire.co_firstlineno
+    assert park_lines(acquire) == {first + 2, first + 3, first + 4}
+    assert hot_lines(acquire) == frozenset()
+    first = on_event.co_firstlineno
+    assert park_lines(on_event) == {first + 2, first + 3}
+    assert ThreadController(DelayBoundedScheduler())._parks_hot
+    assert not ThreadController(PCTScheduler(seed=0))._parks_hot
+
+
 def test_pct_spends_one_change_point_among_hot_decisions() -> None:
     """Told that a decision is hot, PCT lowers the running task at the h-th hot decision of an
     execution (h drawn from recent hot counts), once, besides its d - 1 change points."""

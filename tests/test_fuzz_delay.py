@@ -182,6 +182,23 @@ def test_a_check_then_act_on_a_container_is_a_hot_window() -> None:
     assert any(i.argval == "pop" for i in dis.get_instructions(code))
 
 
+def test_a_waiter_that_parks_without_looking_again_falls_to_a_hot_delay() -> None:
+    """``ShardedScanThenParkPool`` scans the stripes, then parks under the condition's lock
+    without scanning again: a release between the two is a lost wake-up. The window before the
+    park is hot for the delay strategy, so the arrival motif finds it among its first one-delay
+    plans (376 runs of the motif when only lost-update windows were hot)."""
+    target = _target("ShardedScanThenParkPool")
+    arrival = motifs(target.num_blocks, target.is_async)[5]
+    assert arrival.programs[1][0][0] == "sleep"  # the acquirer that arrives as blocks come back
+    found = search(
+        replace(scenario_config(target), scenario=arrival),
+        DelayBoundedScheduler(2, woken_first=True),
+        max_executions=60,
+        budget_s=60,
+    )
+    assert found.failure is not None and found.failure.violation.invariant == "lost-wakeup"
+
+
 def test_the_naive_baseline_finds_plain_bugs_and_is_silent_on_correct_pools() -> None:
     """The afternoon stress test: the sequential misuse at once, nothing on correct pools."""
     assert naive_time(_target("ClampedReleasePool"), 5.0) is not None

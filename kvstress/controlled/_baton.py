@@ -46,6 +46,7 @@ from kvstress.controlled._errors import (
     TimeLimitExceeded,
 )
 from kvstress.controlled._loop import FAIRNESS_BOUND
+from kvstress.controlled._quiet import quiet_lines
 from kvstress.schedulers import Scheduler
 
 _OS_START = threading.Thread.start
@@ -158,6 +159,7 @@ class ThreadController:
         self._tracers: dict[CodeType, Callable[[FrameType, str, object], Any]] = {}
         self.hot = False  # the scheduling point being passed is inside a lost-update window
         self._hints = hasattr(scheduler, "hot")  # the scheduler takes the hint (PCT)
+        self._parks_hot = bool(getattr(scheduler, "parks_are_hot", False))  # and parks too (delay)
         self._tells_woken = hasattr(scheduler, "woken")  # and the task just woken (delay)
         self._was_runnable: list[int] = []
         self._was_known = 0  # threads started by the decision before (a new one is not woken)
@@ -577,15 +579,22 @@ class ThreadController:
 
     def _tracer_for(self, code: CodeType) -> Callable[[FrameType, str, object], Any]:
         """The local trace function for ``code``: a point at each line, and at each
-        read-modify-write store; points inside a lost-update window are marked hot."""
+        read-modify-write store; points inside a lost-update window are marked hot, and inside
+        a check-then-park window too for a scheduler that asks (``parks_are_hot``)."""
         points, hot = rmw_points(code), hot_lines(code)
-        if not points and not hot:
+        if self._parks_hot:
+            hot = hot | park_lines(code)
+        quiet = quiet_lines(code)
+        if not points and not hot and not quiet:
             return self._trace_line
         yield_point = self.yield_point
 
         def trace(frame: FrameType, event: str, arg: object) -> Any:
             if event == "line":
-                self.hot = frame.f_lineno in hot
+                line = frame.f_lineno
+                if line in quiet:
+                    return trace  # no point: the line touches nothing another thread sees
+                self.hot = line in hot
                 yield_point()
             elif event == "opcode" and frame.f_lasti in points:
                 self.hot = True
@@ -655,6 +664,9 @@ MUTATORS = frozenset(
     }
 )  # fmt: skip
 """Method names taken for a change of the container they are called on (by name: a heuristic)."""
+PARKERS = frozenset({"wait", "wait_for"})
+"""Method names taken for a park: a thread waits there for another's notify (a condition's or
+an event's wait)."""
 _METHOD_LOADS = ("LOAD_METHOD", "LOAD_ATTR")  # 3.11 loads a method with LOAD_METHOD, 3.12 with LOAD_ATTR
 
 
@@ -689,6 +701,44 @@ def hot_lines(code: CodeType) -> frozenset[int]:
                 if first < store:
                     hot.update(range(first + 1, store + 1))
         found = _hot_cache[code] = frozenset(hot)
+    return found
+
+
+_park_cache: dict[CodeType, frozenset[int]] = {}
+
+
+def park_lines(code: CodeType) -> frozenset[int]:
+    """The lines of ``code`` inside a check-then-park window: after the first line that reads an
+    attribute or calls a method, up to a ``wait`` (``block = self._scan()`` ...
+    ``self._cond.wait()``), or up to the latest ``with`` on the waited object before it, from
+    where a notifier is shut out until the wait. A release that lands in the window finds
+    nobody parked yet, and a waiter that does not look again under the condition's lock sleeps
+    beside a free block (a lost wake-up). A heuristic, by name, as ``hot_lines``; kept apart
+    from it because a correct waiter's loop makes these windows in every acquire, where a
+    scheduler that spends one change point among hot decisions (PCT) would spread it thinner."""
+    found = _park_cache.get(code)
+    if found is None:
+        loaded = None  # the attribute the previous instruction loaded, if it did
+        first_read: int | None = None  # the first line that reads an attribute or calls a method
+        parks: list[tuple[int, str | None]] = []  # (a wait's line, the object waited on)
+        entered: dict[str | None, list[int]] = {}  # the lines of each ``with self.<attribute>:``
+        for instruction in dis.get_instructions(code):
+            line = instruction.positions.lineno if instruction.positions is not None else None
+            name = instruction.argval if isinstance(instruction.argval, str) else None
+            if instruction.opname == "BEFORE_WITH" and loaded is not None and line is not None:
+                entered.setdefault(loaded, []).append(line)
+            elif line is not None and name is not None and instruction.opname in _METHOD_LOADS:
+                if first_read is None:
+                    first_read = line
+                elif name in PARKERS:
+                    parks.append((line, loaded))
+            loaded = name if instruction.opname == "LOAD_ATTR" else None
+        lines: set[int] = set()
+        for park, waited in parks:
+            assert first_read is not None  # a wait is noted only after it
+            end = max((at for at in entered.get(waited, ()) if first_read < at <= park), default=park)
+            lines.update(range(first_read + 1, end + 1))
+        found = _park_cache[code] = frozenset(lines)
     return found
 
 

@@ -10,7 +10,8 @@ The order is what makes it fast. After each execution, every later decision of i
 candidate for one more delay, and candidates are run best first:
 
 - a delay at a *hot* decision (the controller's hint: a switch inside a lost-update window,
-  after a line read an attribute and before the line that stores it) comes before any other;
+  after a line read an attribute and before the line that stores it, or inside a
+  check-then-park window, before a ``wait``) comes before any other;
 - among the rest, fewer delays before more, and earlier decisions before later ones.
 
 So a lost update between two tasks is reached within the first few executions, whatever the
@@ -55,6 +56,9 @@ class DelayBoundedScheduler(SchedulerBase):
     """
 
     name = "delay"
+    parks_are_hot = True
+    """Asks the thread controller to mark check-then-park windows hot as well (``park_lines``):
+    here a hot decision ranks plans, where PCT would spread its one hinted change point."""
 
     def __init__(self, bound: int = 2, seed: int = 0, *, woken_first: bool = False) -> None:
         if type(bound) is not int or bound < 0:
