@@ -26,6 +26,7 @@ from kvstress.controlled import (
     run_controlled,
 )
 from kvstress.schedulers import (
+    DelayBoundedScheduler,
     DFSScheduler,
     PCTScheduler,
     RandomScheduler,
@@ -569,3 +570,35 @@ def test_a_cancellation_a_task_queued_lands_at_its_next_await(
     first (it did when plain callbacks had a lane of their own, a false alarm in a user's test)."""
     outcome = kvstress.explore(_first_await_raises(enter), schedules=30, strategy=strategy, seed=0)
     assert outcome.schedules >= 1
+
+
+class _HintLog(DelayBoundedScheduler):
+    """The plain delay-bounded run (no delay: the task that ran goes on while it can), recording
+    the loop's woken hint at each decision it is asked."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.hints: list[int | None] = []
+
+    def next_task(self, runnable: Sequence[int], current: int | None) -> int:
+        self.hints.append(self.woken)
+        return super().next_task(runnable, current)
+
+
+def test_the_loop_tells_a_woken_task_but_not_a_created_one() -> None:
+    """A task parked on an event the running task just set is woken (the delay strategy may run
+    it first, as asyncio's own FIFO ready queue does); a task just created is not."""
+    log = _HintLog()
+
+    async def main() -> None:
+        event = asyncio.Event()
+        waiter = asyncio.create_task(event.wait(), name="waiter")
+        other = asyncio.create_task(asyncio.sleep(0.02), name="other")
+        await asyncio.sleep(0.01)  # the others run meanwhile: the waiter parks on the event
+        event.set()
+        await asyncio.sleep(0)
+        await asyncio.gather(waiter, other)
+
+    run_controlled(main, log)
+    # Lanes in the order the tasks first ran: main 1, the waiter 2, the other 3.
+    assert [hint for hint in log.hints if hint is not None] == [2]  # after the set only

@@ -130,6 +130,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._current: int | None = None
         self._scheduler_failed = False
         self._starved: dict[int, int] = {}  # ready lane -> decisions it was passed over in a row
+        self._tells_woken = hasattr(scheduler, "woken")  # the scheduler takes the hint (delay)
+        self._was_ready: set[int] = set()  # the lanes ready at the step before
+        self._was_known = self._next_lane  # lanes made by then (a new task is not woken)
 
     # -- the public surface asyncio's tasks and futures schedule through ------------------------
 
@@ -313,6 +316,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         heads = self._lane_heads(ready)
         if heads is None:
             return None
+        if self._tells_woken:
+            self._tell_woken(heads)
         lane = next(iter(heads)) if len(heads) == 1 else self._ask_fairly(sorted(heads))
         self._current = lane
         index = heads[lane]
@@ -323,6 +328,18 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             del ready[index]
         self._kv_origin.pop(entry[0], None)
         return entry
+
+    def _tell_woken(self, heads: dict[int, int]) -> None:
+        """Tell the scheduler which task the step before woke, if one: the first ready lane that
+        was not ready then, is a task's, is not the one that ran, and was known by then (a task
+        just created is not woken). As the thread baton tells it of a notified waiter."""
+        was, known, woken = self._was_ready, self._was_known, None
+        for lane in heads:  # in the order they became ready
+            if lane not in was and lane != self._current and 0 < lane < known:
+                woken = lane
+                break
+        self._was_ready, self._was_known = set(heads), self._next_lane
+        self.scheduler.woken = woken  # type: ignore[attr-defined]
 
     def _lane_heads(self, ready: collections.deque[_Entry]) -> dict[int, int] | None:
         """Each ready lane -> the index of its oldest callback; None after dropping cancelled ones."""

@@ -202,9 +202,9 @@ def _delay(
         programs = motifs(target.num_blocks, target.is_async)
         # In their order, smallest first (fewest hot plans before the next motif's): nothing
         # here is random, so the seed does not enter.
-        # Threads get the woken-first base too (the baton says who was woken; the loop does not).
+        # The woken-first base too: the baton and the controlled loop say who was woken.
         searches = [
-            (replace(base, scenario=m), DelayBoundedScheduler(DELAY_BOUND, woken_first=not target.is_async))
+            (replace(base, scenario=m), DelayBoundedScheduler(DELAY_BOUND, woken_first=True))
             for m in programs
         ]
         state = memo["delay"] = _MotifSearch(searches)

@@ -21,17 +21,18 @@ program went another way) falls back to the default choice: the recorded schedul
 exactly what ran.
 
 With ``woken_first``, where the controller tells which task the last one just woke (the
-thread baton does), every plan is also run from a second base schedule, ahead of the first at
-equal rank: the woken task runs at once and goes on while it can, as on a multiprocessor, where a
-woken thread does not wait for its waker to park. A hand-off race sits at the wake-up: a
-waiter that takes its block before the releaser's next line (a reset after the offer, a second
-release that finds the wake-up spent, a queue put before the block is zeroed) is no delay at
-all from this base, where from the other it is one delay at one decision among hundreds. A plan
-whose run from the woken-first base never let the base change a choice (nothing was woken, or
-the woken task was the default anyway) would run the same execution from the other base: it does
-not run again there, and its next plans for that base are queued from the run it had. Where
-nothing is ever woken, that halves the runs; an interleaving may still run once from each base
-under two different plans.
+thread baton and the controlled loop do), every plan is also run from a second base schedule,
+ahead of the first at equal rank: the woken task runs at once and goes on while it can, as on a
+multiprocessor, where a woken thread does not wait for its waker to park, and as asyncio's own
+first-in-first-out ready queue runs a woken task before its waker's next step. A hand-off
+race sits at the wake-up: a waiter that takes its block before the releaser's next line (a reset
+after the offer, a second release that finds the wake-up spent, a queue put before the block is
+zeroed) is no delay at all from this base, where from the other it is one delay at one
+decision among hundreds. A plan whose run from the woken-first base never let the base change a
+choice (nothing was woken, or the woken task was the default anyway) would run the same
+execution from the other base: it does not run again there, and its next plans for that base
+are queued from the run it had. Where nothing is ever woken, that halves the runs; an
+interleaving may still run once from each base under two different plans.
 """
 
 from __future__ import annotations
