@@ -87,3 +87,16 @@ def test_a_contract_only_mix_ends_when_the_program_has_run(tmp_path: Path) -> No
         load_target("kvstress:ThreadedBlockPool"), budget_s=60, mix=("contract",), report_dir=tmp_path
     )
     assert outcome.finding is None and outcome.executions == 1 and outcome.elapsed_s < 30
+
+
+def test_the_contract_takes_every_block_after_one_came_back_unused() -> None:
+    """A block released unused (an aborted request's), then every block at once: a pool that
+    gives back a semaphore's unit only for blocks put in use cannot hand out its last one."""
+    from kvstress.mutants import AsyncioSemaphorePool, AsyncioSemaphoreUnusedReleasePool
+
+    target = load_target(f"kvstress.mutants:{AsyncioSemaphoreUnusedReleasePool.__qualname__}")
+    violation, program = run_contract(target)
+    assert violation is not None and violation.invariant == "lost-block"
+    assert "retired_2 = state.release(ref=blocks_2)" in program
+    assert program.count("state.acquire(holder='h3', timeout=0)") == target.num_blocks
+    assert run_contract(load_target(f"kvstress.mutants:{AsyncioSemaphorePool.__qualname__}"))[0] is None

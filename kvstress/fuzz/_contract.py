@@ -2,10 +2,13 @@
 
 Before any search, a fuzz run (the default mix) drives the pool once through the state
 machine's own rules, in one fixed order: acquire, mark, share, both releases, a double release,
-a retain and a mark through the released handle, with the quiescent check after each step.
-It costs milliseconds, and a pool that clamps a double release or accepts a retain on a FREE
-block fails it at once, where the state machine's random programs take a second or more to try
-that misuse. Nothing is random, so its report replays exactly.
+a retain and a mark through the released handle; then a block released unused, as an aborted
+request's is, and every block taken at once (``timeout=0``: each is free) and given back, so
+a pool whose capacity did not all come back (a unit of a semaphore lost on one release path)
+shows it. The quiescent check runs after each step. It costs milliseconds, and a pool that
+clamps a double release or accepts a retain on a FREE block fails it at once, where the state
+machine's random programs take a second or more to try that misuse. Nothing is random, so its
+report replays exactly.
 """
 
 from __future__ import annotations
@@ -26,15 +29,22 @@ retired_1 = state.release(ref=blocks_0)
 state.double_release(ref=retired_1)
 state.misuse(ref=retired_1, operation='retain')
 state.misuse(ref=retired_1, operation='mark_in_use')
+blocks_2 = state.acquire(holder='h2', timeout=0)
+retired_2 = state.release(ref=blocks_2)
+{every}
 state.teardown()"""
-"""The program, as the state machine prints one (``{machine}``: the machine's class name)."""
+"""The program, as the state machine prints one (``{machine}``: the machine's class name;
+``{every}``: each block taken, then each given back)."""
 
 
 def run_contract(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
     """Run ``PROGRAM`` on ``target``'s pool: the violation it ends with (or None), and the
     program's text for a report."""
     machine = machine_for(target, CONTRACT_HANG_BOUND, batches=False)
-    program = PROGRAM.format(machine=machine.__name__)
+    blocks = range(target.num_blocks)
+    every = [f"every_{k} = state.acquire(holder='h3', timeout=0)" for k in blocks]
+    every += [f"state.release(ref=every_{k})" for k in blocks]
+    program = PROGRAM.format(machine=machine.__name__, every="\n".join(every))
     _flight.execution_started()
     state = machine()
     try:
@@ -54,6 +64,17 @@ def run_contract(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
         state.pool_is_consistent()
         state.misuse(ref=retired_1, operation="mark_in_use")
         state.pool_is_consistent()
+        blocks_2 = state.acquire(holder="h2", timeout=0)
+        state.pool_is_consistent()
+        state.release(ref=blocks_2)  # unused: an aborted request's block
+        state.pool_is_consistent()
+        every = []
+        for _ in blocks:  # every block is free: each comes at once
+            every.append(state.acquire(holder="h3", timeout=0))
+            state.pool_is_consistent()
+        for ref in every:
+            state.release(ref=ref)
+            state.pool_is_consistent()
     finally:
         try:
             state.teardown()

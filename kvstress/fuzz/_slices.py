@@ -23,7 +23,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from kvstress import _flight
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
-from kvstress.fuzz._contract import PROGRAM, run_contract
+from kvstress.fuzz._contract import run_contract
 from kvstress.fuzz._target import FuzzTarget, machine_for
 from kvstress.machines import PoolMachine
 from kvstress.scenarios import ScenarioConfig, search, stress
@@ -500,7 +500,7 @@ def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | 
     start = time.monotonic()
     violation, program = run_contract(target)
     if violation is None:
-        return SliceResult(1, len(PROGRAM.splitlines()) - 2)
+        return SliceResult(1, len(program.splitlines()) - 2)
     finding = Finding(
         violation,
         "contract",
