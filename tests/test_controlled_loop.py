@@ -602,3 +602,21 @@ def test_the_loop_tells_a_woken_task_but_not_a_created_one() -> None:
     run_controlled(main, log)
     # Lanes in the order the tasks first ran: main 1, the waiter 2, the other 3.
     assert [hint for hint in log.hints if hint is not None] == [2]  # after the set only
+
+
+def test_a_sleep_for_what_is_left_of_a_timeout_lets_time_move() -> None:
+    """As on threads: ``timeout - (now - start)`` leaves 1.4e-17 s at 0.3 s for a 0.05 s wait
+    from 0.25 s; a sleep that long still moves the loop's clock one float on, so the loop ends
+    instead of running out its steps at one instant."""
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.25)
+        start, timeout = loop.time(), 0.05
+        while True:
+            remaining = timeout - (loop.time() - start)
+            if remaining <= 0:
+                return loop.time()
+            await asyncio.sleep(remaining)
+
+    assert run_controlled(main, RandomScheduler(seed=0), max_steps=200) == pytest.approx(0.3)

@@ -293,6 +293,26 @@ def test_lost_notify_is_a_deadlock_without_a_cycle() -> None:
     assert "cycle" not in str(info.value)
 
 
+def test_a_wait_for_what_is_left_of_a_timeout_lets_time_move() -> None:
+    """``remaining = timeout - (now - start)`` leaves 1.4e-17 s at 0.3 s for a 0.05 s wait from
+    0.25 s, where a real clock would have moved on; added to the virtual now it rounds back to
+    0.3. The wait still ends one float later, so a correct pool's timed wait returns instead of
+    spinning at one instant until the step limit."""
+
+    def main() -> float:
+        time.sleep(0.25)
+        cond = threading.Condition()
+        start, timeout = time.monotonic(), 0.05
+        with cond:
+            while True:
+                remaining = timeout - (time.monotonic() - start)
+                if remaining <= 0:
+                    return time.monotonic()
+                cond.wait(remaining)
+
+    assert run(main, max_steps=200) == pytest.approx(0.3)
+
+
 def test_timed_wait_is_not_a_deadlock() -> None:
     """The same lost notify with a timeout is not a deadlock: the clock jumps to its deadline."""
 

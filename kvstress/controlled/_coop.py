@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kvstress.controlled._baton import ControlledThread, ThreadAborted, ThreadController, active_controller
+from kvstress.controlled._loop import later
 
 T = TypeVar("T")
 
@@ -36,7 +37,7 @@ def _deadline(controller: ThreadController, blocking: bool, timeout: float | Non
         raise ValueError("can't specify a timeout for a non-blocking call")
     if timeout < 0:
         raise ValueError("timeout value must be a non-negative number")
-    return controller.now + timeout
+    return later(controller.now, timeout)
 
 
 def _name(kind: str) -> str:
@@ -208,7 +209,7 @@ class Condition(_Primitive):
             raise RuntimeError("cannot wait on un-acquired lock")
         if controller is None or me is None:
             raise RuntimeError(f"{self._name}.wait() outside a controlled thread would wait forever")
-        deadline = None if timeout is None else controller.now + max(0.0, timeout)
+        deadline = None if timeout is None else later(controller.now, max(0.0, timeout))
         saved = self._lock._release_save()
         try:
             return self._wait(controller, me, deadline)
@@ -330,7 +331,8 @@ class Event(_Primitive):
         if self._flag:
             return True
         # Woken means set() ran: True even if clear() ran before this thread did, as in threading.
-        return self._wait(controller, me, None if timeout is None else controller.now + max(0.0, timeout))
+        deadline = None if timeout is None else later(controller.now, max(0.0, timeout))
+        return self._wait(controller, me, deadline)
 
 
 class _Sleep:
@@ -360,7 +362,7 @@ def sleep(secs: float) -> None:
     if secs == 0:
         controller.yield_point()
         return
-    until = controller.now + secs
+    until = later(controller.now, secs)
     while controller.now < until:
         controller.block(me, _Sleep(until), until)
 
@@ -467,7 +469,7 @@ def _join(thread: ControlledThread, timeout: float | None) -> None:
             raise RuntimeError(f"joining {thread.name} outside a controlled thread would wait forever")
         return
     controller.yield_point()
-    deadline = None if timeout is None else controller.now + max(0.0, timeout)
+    deadline = None if timeout is None else later(controller.now, max(0.0, timeout))
     while not thread.finished:
         if not controller.block(me, thread, deadline):
             return

@@ -76,6 +76,15 @@ _PURGE_MIN_TIMERS = 100  # below this many timers, cancelled ones are left in th
 _Entry = tuple[asyncio.Handle, Callable[..., object], tuple[Any, ...], contextvars.Context]
 
 
+def later(now: float, seconds: float) -> float:
+    """The virtual instant ``seconds`` after ``now``: at least the next float after ``now`` when
+    ``seconds > 0``. A timeout recomputed as ``timeout - (now - start)`` leaves a remainder such
+    as 1.4e-17 where a real clock would have moved on; added to ``now`` it rounds back to
+    ``now``, time never moves, and the waiter would spin for ever on a correct pool."""
+    when = now + seconds
+    return when if when > now or seconds <= 0 else math.nextafter(now, math.inf)
+
+
 class ControlledEventLoop(asyncio.SelectorEventLoop):
     """An event loop for one execution of ``scheduler``; see the module docstring.
 
@@ -156,6 +165,18 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_ready.append(entry)
         self._kv_arm()
         return entry[0]
+
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[[*Ts], object],
+        *args: *Ts,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """Run ``callback(*args)`` ``delay`` virtual seconds from now: at least the next instant
+        when ``delay > 0`` (a remainder such as 1.4e-17, added to now, rounds back to now, and
+        a waiter that sleeps it out again and again would never let time move)."""
+        return self.call_at(later(self._kv_now, delay), callback, *args, context=context)
 
     def call_at(
         self,
