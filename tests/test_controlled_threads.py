@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _thread
 import functools
+import gc
 import queue
 import re
 import sys
@@ -31,7 +32,7 @@ from kvstress.controlled import (
     run_threads,
     spawn,
 )
-from kvstress.controlled._baton import ThreadController
+from kvstress.controlled._baton import HarnessLock, ThreadController
 from kvstress.schedulers import (
     DelayBoundedScheduler,
     DFSScheduler,
@@ -1102,3 +1103,83 @@ def test_the_baton_tells_a_woken_thread_but_not_a_started_one() -> None:
 
     controller.run(main)
     assert [hint for hint in log.hints if hint is not None] == [1]  # after the release only
+
+
+class _Finalized:
+    """Garbage in a cycle whose finalizer takes a lock of the run: the finalizer runs wherever
+    the collection starts, as a pool's may (one that stops its worker when collected)."""
+
+    def __init__(self, lock: Any, out: list[str]) -> None:
+        self.me = self  # a cycle: only the collector frees it
+
+        def finalize() -> None:
+            out.append("finalizer")
+            with lock:
+                pass
+            out.append("finalized")
+
+        self._finalizer = finalize
+
+    def __del__(self) -> None:
+        self._finalizer()
+
+
+def _interrupted(section: Callable[[threading.Lock, list[str]], None], first: str, last: str) -> list[str]:
+    """Runs of ``section`` in one thread beside another that appends "other" whenever it runs;
+    the orders where "other" came between ``section``'s marks ``first`` and ``last``."""
+    found = []
+    for seed in range(40):
+
+        def main() -> list[str]:
+            lock, out = threading.Lock(), []
+
+            def other() -> None:
+                for _ in range(6):
+                    out.append("other")
+
+            peer = spawn(other)
+            section(lock, out)
+            peer.join()
+            return out
+
+        out = run(main, RandomScheduler(seed=seed))
+        if first in out and "other" in out[out.index(first) : out.index(last)]:
+            found.append(" ".join(out))
+    return found
+
+
+def test_no_switch_while_a_collection_runs_a_finalizer() -> None:
+    """A collection on a controlled thread runs finalizers there, inside whatever the thread was
+    doing (kvstress's own bookkeeping, with its real locks held): no other thread runs until
+    the collection ends, as no real scheduler lets a finalizer be preempted into a deadlock."""
+
+    def collect(lock: Any, out: list[str]) -> None:
+        out.append("collect")
+        _Finalized(lock, out)
+        gc.collect()
+        out.append("collected")
+
+    assert _interrupted(collect, "finalizer", "finalized") == []
+
+
+def test_no_switch_while_a_harness_lock_is_held() -> None:
+    """Inside a ``HarnessLock`` section a controlled thread passes no scheduling point, even in
+    code the section never called: another thread can never find the real lock held."""
+    harness = HarnessLock()
+
+    def section(lock: Any, out: list[str]) -> None:
+        with harness:
+            out.append("in")
+            with lock:
+                out.append("locked")
+            out.append("out")
+
+    assert _interrupted(section, "in", "out") == []
+
+    def unguarded(lock: Any, out: list[str]) -> None:
+        out.append("in")
+        with lock:
+            out.append("locked")
+        out.append("out")
+
+    assert _interrupted(unguarded, "in", "out")  # the same steps, unguarded, are interleaved

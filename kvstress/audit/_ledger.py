@@ -7,13 +7,13 @@ that blocks (or deadlocks) never holds up the ledger, and the ledger never holds
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from types import CodeType
 from typing import Any
 
 from kvstress._violation import Operation
+from kvstress.controlled._baton import HarnessLock
 
 Op = list[Any]  # one operation of the history, completed in place
 Stack = tuple[tuple[CodeType, int], ...]  # (code, instruction offset) per frame, innermost first
@@ -73,7 +73,7 @@ class AuditLedger:
 
     def __init__(self, num_blocks: int, history: int) -> None:
         self.num_blocks = num_blocks
-        self.lock = threading.Lock()
+        self.lock = HarnessLock()
         self.open: dict[int, Lease] = {}
         self.latest: dict[int, Lease] = {}
         self.in_flight = 0

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import _thread
 import dis
+import gc
 import sys
 import threading
 import time
@@ -72,6 +73,55 @@ _ACTIVE: ThreadController | None = None
 _ACTIVE_LOCK = threading.Lock()
 
 
+class HarnessLock:
+    """A real lock for kvstress's own bookkeeping (a history, a ledger), taken with ``with``.
+
+    While a controlled thread holds one, it passes no scheduling point. Code can run inside the
+    section that the section never calls: a finalizer or a weak reference's callback of the
+    pool's (the garbage collector runs them wherever it starts, a dropped last reference right
+    there), reaching the pool's cooperative primitives. A switch there would leave the lock held
+    while another controlled thread blocks on it for real, beyond the baton's sight: a hang
+    found in a correct pool. Outside a controlled run it is a plain lock.
+    """
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, *, reentrant: bool = False) -> None:
+        self._lock = threading.RLock() if reentrant else threading.Lock()
+
+    def __enter__(self) -> HarnessLock:
+        me = _running()
+        if me is not None:
+            me.holding += 1
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+        me = _running()
+        if me is not None:
+            me.holding -= 1
+
+
+def _running() -> ControlledThread | None:
+    """The controlled thread running this code, if a run is in progress and this is one."""
+    controller = _ACTIVE
+    return None if controller is None else controller.me()
+
+
+def _collecting(phase: str, info: dict[str, Any]) -> None:
+    """A ``gc.callbacks`` hook: no switch while a collection runs on a controlled thread. The
+    finalizers it calls (``__del__``, weak references' callbacks: a pool that stops its worker
+    when it is collected) run wherever the collection started, inside kvstress's bookkeeping or
+    an earlier execution's leftovers; a switch in there is one no real scheduler makes."""
+    me = _running()
+    if me is not None:
+        me.holding += 1 if phase == "start" else -1
+
+
+gc.callbacks.append(_collecting)
+
+
 class ThreadAborted(BaseException):
     """Unwinds a controlled thread once its run is over (another thread failed, or a deadlock)."""
 
@@ -94,8 +144,8 @@ class ControlledThread:
     """
 
     __slots__ = (
-        "_wake", "aborted", "daemon", "deadline", "error", "excused", "finished", "ident", "name",
-        "result", "target", "tid", "timed_out", "waiting",
+        "_wake", "aborted", "daemon", "deadline", "error", "excused", "finished", "holding", "ident",
+        "name", "result", "target", "tid", "timed_out", "waiting",
     )  # fmt: skip
 
     def __init__(self, tid: int, name: str, target: Callable[[], Any], daemon: bool = False) -> None:
@@ -110,6 +160,7 @@ class ControlledThread:
         self.excused = 0.0  # virtual seconds it was runnable while time jumped for a sleeper
         self.finished = False
         self.aborted = False
+        self.holding = 0  # harness locks held (``HarnessLock``): no switch meanwhile
         self.result: Any = None
         self.error: BaseException | None = None
         self._wake = _thread.allocate_lock()
@@ -199,7 +250,7 @@ class ThreadController:
     def yield_point(self) -> None:
         """A scheduling point: the scheduler may hand the baton to another runnable thread."""
         me = self.current  # self.me(), inline: this runs at every scheduling point
-        if me is None or me.ident != _thread.get_ident():
+        if me is None or me.ident != _thread.get_ident() or me.holding:
             return
         self.steps += 1
         self._instant_steps += 1
@@ -245,9 +296,16 @@ class ThreadController:
         """``spawn`` without the scheduling point, for a caller that must record the thread before
         another thread can run (``Thread.start``). ``name=None`` names it ``t<N>``. A ``daemon``
         is a background worker: the execution ends without it (see ``_pick``)."""
-        if self.me() is None:
+        me = self.me()
+        if me is None:
             raise RuntimeError("spawn() must be called from a controlled thread (inside run_threads)")
-        return self._start(target, name, daemon)
+        # No switch until the thread runs: code a collection starts in here (a finalizer of the
+        # pool's) could hand the baton to the new thread before its OS thread exists.
+        me.holding += 1
+        try:
+            return self._start(target, name, daemon)
+        finally:
+            me.holding -= 1
 
     # -- the execution -------------------------------------------------------------------------
 

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from kvstress._violation import Operation
+from kvstress.controlled._baton import HarnessLock
 
 
 class History:
     """An append-only record of operations; thread-safe. ``snapshot()`` gives frozen Operations."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = HarnessLock()
         self._ops: list[Operation] = []
 
     def begin(self, worker: str, name: str, args: Mapping[str, Any], start: float) -> int:

@@ -7,9 +7,10 @@ hand the block to someone else before that call returns), and takes one when acq
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
+
+from kvstress.controlled._baton import HarnessLock
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Ledger:
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
-        self.lock = threading.RLock()
+        self.lock = HarnessLock(reentrant=True)
         self.open: dict[int, Tenancy] = {}
         self.handles: dict[int, object] = {}
         self.ended: Counter[int] = Counter()  # tenancies whose last reference was released
