@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from hint_log import HintLog
 
 import kvstress.controlled
 from kvstress import AsyncBlockPool
@@ -26,7 +27,6 @@ from kvstress.controlled import (
     run_controlled,
 )
 from kvstress.schedulers import (
-    DelayBoundedScheduler,
     DFSScheduler,
     PCTScheduler,
     RandomScheduler,
@@ -572,23 +572,10 @@ def test_a_cancellation_a_task_queued_lands_at_its_next_await(
     assert outcome.schedules >= 1
 
 
-class _HintLog(DelayBoundedScheduler):
-    """The plain delay-bounded run (no delay: the task that ran goes on while it can), recording
-    the loop's woken hint at each decision it is asked."""
-
-    def __init__(self) -> None:
-        super().__init__(0)
-        self.hints: list[int | None] = []
-
-    def next_task(self, runnable: Sequence[int], current: int | None) -> int:
-        self.hints.append(self.woken)
-        return super().next_task(runnable, current)
-
-
 def test_the_loop_tells_a_woken_task_but_not_a_created_one() -> None:
     """A task parked on an event the running task just set is woken (the delay strategy may run
     it first, as asyncio's own FIFO ready queue does); a task just created is not."""
-    log = _HintLog()
+    log = HintLog()
 
     async def main() -> None:
         event = asyncio.Event()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from hint_log import HintLog
 
 from kvstress.controlled import (
     SchedulerExhausted,
@@ -1073,23 +1074,10 @@ def test_without_max_time_a_deadlock_beside_a_daemon_ends_at_the_horizon() -> No
     _join_abandoned_threads()
 
 
-class _HintLog(DelayBoundedScheduler):
-    """The plain delay-bounded run (no delay: the thread that ran goes on while it can), recording
-    the baton's woken hint at each decision it is asked."""
-
-    def __init__(self) -> None:
-        super().__init__(0)
-        self.hints: list[int | None] = []
-
-    def next_task(self, runnable: Sequence[int], current: int | None) -> int:
-        self.hints.append(self.woken)
-        return super().next_task(runnable, current)
-
-
 def test_the_baton_tells_a_woken_thread_but_not_a_started_one() -> None:
     """A thread waiting on a lock the last one released is woken (the delay strategy may run it
     first); a thread just started is not: it was never waiting, and both bases begin alike."""
-    log = _HintLog()
+    log = HintLog()
     controller = ThreadController(log)
 
     def main() -> None:
