@@ -20,6 +20,7 @@ import pytest
 
 import kvstress
 from kvstress import Explored, explore
+from kvstress.controlled import TimeLimitExceeded
 
 REAL_START = threading.Thread.start
 REAL_MONOTONIC = time.monotonic
@@ -398,3 +399,34 @@ def test_trio_lost_update_is_found_and_replays() -> None:
         with pytest.raises(AssertionError, match="lost update"):
             explore(trio_lost_update(racy=True), replay=found.group(1), backend="trio")
     assert explore(trio_lost_update(racy=False), schedules=30, seed=5, backend="trio").schedules == 30
+
+
+def test_a_schedule_that_never_ends_is_a_finding_not_a_hang() -> None:
+    """A task that waits for ever while a watchdog's timer keeps firing: virtual time moves, so
+    no instant runs out of steps; the schedule ends at an hour of virtual time, a finding with
+    its schedule, on the loop and on threads."""
+
+    async def stuck() -> None:
+        async def watchdog() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+
+        ticking = asyncio.get_running_loop().create_task(watchdog())
+        await asyncio.Event().wait()  # nobody sets it
+        ticking.cancel()
+
+    with pytest.raises(TimeLimitExceeded, match="virtual time would pass 3600 s"):
+        kvstress.explore(stuck, schedules=3, strategy="random", seed=0)
+
+    def stuck_threads() -> None:
+        done = threading.Event()
+
+        def watchdog() -> None:
+            while not done.is_set():
+                time.sleep(1.0)
+
+        threading.Thread(target=watchdog, daemon=False).start()
+        done.wait()  # nobody sets it
+
+    with pytest.raises(TimeLimitExceeded, match="virtual time would pass 3600 s"):
+        kvstress.explore(stuck_threads, schedules=3, strategy="random", seed=0)

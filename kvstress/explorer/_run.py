@@ -101,6 +101,12 @@ def executor_modules() -> tuple[types.ModuleType, ...]:
 
 BACKENDS = ("asyncio", "trio")
 
+MAX_TIME_S = 3600.0
+"""Virtual seconds one explored schedule may last (``TimeLimitExceeded`` past them). A schedule
+in which a task waits for ever while a watchdog's timer keeps firing never ends on its own:
+virtual time moves, so the step bound of one instant never trips. An hour is far past the
+timeouts of a test, and on virtual time it costs only the timers that fire in it."""
+
 
 def check_backend(backend: object, name: str = "backend") -> str:
     """``backend`` if it is one an async test can be explored on; ValueError naming ``name``."""
@@ -133,7 +139,7 @@ def search(
         if check_backend(backend) == "trio":
             run: Callable[[], object] = lambda: _trio_once(fn, scheduler)  # noqa: E731
         else:
-            run = lambda: run_controlled(fn, scheduler)  # noqa: E731
+            run = lambda: run_controlled(fn, scheduler, max_time=MAX_TIME_S)  # noqa: E731
         clocked = loop_modules(fn, modules)
 
         def once() -> object:
@@ -146,7 +152,7 @@ def search(
     files = source_files(resolved)
     plain = functools.partial(_not_awaitable, fn)
     with cooperative((*resolved, *used_modules(fn, resolved), *executor_modules())):
-        once = lambda: ThreadController(scheduler, trace_files=files).run(plain)  # noqa: E731
+        once = lambda: ThreadController(scheduler, trace_files=files, max_time=MAX_TIME_S).run(plain)  # noqa: E731
         return _loop(once, scheduler, limit, failure_types)
 
 
