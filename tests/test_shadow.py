@@ -93,8 +93,11 @@ def test_a_divergence_replays_from_its_seed() -> None:
 
 
 def test_a_block_handed_out_twice_diverges_with_refcount_above_one() -> None:
-    """PreferredBlockPool pins a held block for a second tenant: the first tenant's K/V is overwritten."""
-    d = shadow(PreferredBlockPool, seed=7, max_seeds=1).divergence
+    """PreferredBlockPool pins a held block for a second tenant: the first tenant's K/V is overwritten.
+    (The first of several seeds, not one: which seed lines the race up moves whenever the
+    scheduling points do, and some seeds end in the pool's own error first.)"""
+    runs = (shadow(PreferredBlockPool, seed=seed, max_seeds=1).divergence for seed in range(30))
+    d = next((found for found in runs if found is not None and found.block is not None), None)
     assert d is not None and d.block is not None
     assert d.block.refcount is not None and d.block.refcount >= 2
 
