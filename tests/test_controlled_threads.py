@@ -710,6 +710,35 @@ def test_hot_lines_run_from_a_read_of_an_attribute_to_its_store() -> None:
     assert hot_lines(none.__code__) == frozenset()
 
 
+def test_hot_lines_run_from_a_read_to_a_compare_and_set() -> None:
+    """A lock-free take reads the head, then swaps it in a compare-and-set of its own (Python has
+    none): the lines after the read up to the CAS are a window (ABA), whatever the CAS is named
+    in the usual ways; a call of another name opens none."""
+    from kvstress.controlled._baton import hot_lines, is_cas_name
+
+    def pop(stack: Any) -> Any:
+        head = stack.head  # the def's line + 1
+        below = head.next  # + 2
+        if stack._cas_head(head, below):  # + 3
+            return head
+        return None
+
+    def pop_plain(stack: Any) -> Any:
+        head = stack.head
+        below = head.next
+        if stack.swap(head, below):
+            return head
+        return None
+
+    first = pop.__code__.co_firstlineno
+    assert {first + 2, first + 3} <= hot_lines(pop.__code__)
+    assert hot_lines(pop_plain.__code__) == frozenset()
+    for name in ("cas", "_cas_head", "compare_and_swap", "compareAndSet", "compare_exchange", "CAS"):
+        assert is_cas_name(name), name
+    for name in ("cascade", "case", "casual", "swap", "release"):
+        assert not is_cas_name(name), name
+
+
 def test_quiet_lines_touch_only_locals_and_constants() -> None:
     """A line that only moves locals and constants needs no scheduling point; a truth test of a
     local (it may alias a shared list), a call, an attribute and a return keep theirs."""

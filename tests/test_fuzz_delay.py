@@ -18,7 +18,7 @@ from kvstress.fuzz._slices import DELAY_FIRST, run_slice, scenario_config
 from kvstress.fuzz._target import load_target
 from kvstress.linearize import check_history
 from kvstress.reports import load_report
-from kvstress.scenarios._motifs import motifs
+from kvstress.scenarios._motifs import PARKED_WAIT, motifs
 from kvstress.scenarios._programs import Scenario
 from kvstress.scenarios._search import search
 from kvstress.schedulers import DelayBoundedScheduler
@@ -47,6 +47,44 @@ def test_the_delay_strategy_opens_with_each_motifs_first_plans() -> None:
     result = run_slice("delay", _target("ThreadConditionTimedOutDropsNotifyPool"), 0, 30.0, memo={})
     assert result.finding is not None and result.finding.violation.invariant == "lost-wakeup"
     assert result.executions <= len(motifs(2, False)) * DELAY_FIRST, result.executions
+
+
+def _motif_runs(name: str, pick: Any, cap: int) -> tuple[bool, int]:
+    """Delay-bounded runs of the one motif ``pick`` selects, on corpus pool ``name``: (found, runs)."""
+    target = load_target(f"kvstress.mutants:{name}")
+    (motif,) = [m for m in motifs(2, False) if pick(m)]
+    scheduler = DelayBoundedScheduler(2, woken_first=True)
+    found = search(
+        replace(scenario_config(target), scenario=motif), scheduler, max_executions=cap, budget_s=60
+    )
+    return found.failure is not None, found.executions
+
+
+def _aba(motif: Scenario) -> bool:
+    return any(step == ("release", "oldest") for program in motif.programs for step in program)
+
+
+def _two_parked(motif: Scenario) -> bool:
+    return sum(program[-1] == ("acquire", PARKED_WAIT) for program in motif.programs) == 2 and all(
+        step[0] != "cancel" for program in motif.programs for step in program
+    )
+
+
+def test_the_aba_motif_finds_a_lock_free_head_compared_by_id_alone() -> None:
+    """ABA on a Treiber stack: a take paused between its read of the head and its CAS while
+    another worker takes two blocks and gives the first back. One delay, at a hinted decision
+    (the read before a compare-and-set): a few runs; the stamped head stays clean."""
+    assert _motif_runs("TreiberPointerCasPool", _aba, 20)[0]
+    assert _motif_runs("TreiberPool", _aba, 300) == (False, 300)
+
+
+def test_the_two_waiter_motif_finds_the_aqs_shared_release_without_propagate() -> None:
+    """JDK-6801020: the first waiter woken takes the last block it sees, and the second release
+    lands before it becomes the head. One hot delay inside the woken waiter's run, which the
+    search tries first (it was the 44th hot plan in decision order); Java 7's fix stays clean."""
+    found, runs = _motif_runs("ClhNoPropagatePool", _two_parked, 40)
+    assert found, runs
+    assert _motif_runs("ClhQueuePool", _two_parked, 300) == (False, 300)
 
 
 @pytest.mark.parametrize("name", ["ResetAfterOfferPool", "ThreadQueuePutBeforeResetPool"])
@@ -106,16 +144,18 @@ def test_a_release_that_lost_the_race_to_a_double_may_refuse_by_raising() -> Non
     assert scheduler.exhausted and found.executions > 20
 
 
-def test_a_slow_machine_runs_the_whole_opening_round_in_the_first_slice() -> None:
-    """The opening round runs to its end within the slice's grace, however long it takes; the
-    rounds after it end with the slice's length (next to nothing here, standing in for a machine
-    on which the opening alone took past it). CI missed the timed-out notify when the opening was
-    cut at one second on a machine running 15 executions a second."""
+def test_a_slow_machine_runs_the_opening_and_hot_rounds_in_the_first_slice() -> None:
+    """The opening and hot rounds run to their end within the slice's grace, however long they
+    take; the rounds after them end with the slice's length (next to nothing here, standing in
+    for a machine on which the opening alone took past it). CI missed the timed-out notify when
+    the opening was cut at one second on a machine running 15 executions a second, and the AQS
+    bug (JDK-6801020, one hot delay in the two-waiter motif) waited 5-15 s for its motif's hot
+    round while the later slices ran a quarter-second each."""
     memo: dict[str, Any] = {}
     result = run_slice("delay", _target("CondvarPool"), 0, 1e-9, memo=memo, grace_s=60.0)
     assert result.finding is None
-    assert result.executions == len(motifs(2, False)) * DELAY_FIRST
-    assert memo["delay"].round == 1  # and not a single hot plan ran
+    assert result.executions > len(motifs(2, False)) * DELAY_FIRST
+    assert memo["delay"].round == 2  # every motif's hot round ran, and not one cold plan after
     assert run_slice("delay", _target("CondvarPool"), 1, 1e-9, memo=memo, grace_s=60.0).executions == 0
 
 

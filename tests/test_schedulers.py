@@ -520,6 +520,35 @@ def test_delay_bounded_runs_a_plan_once_where_its_base_changed_nothing(bound: in
             assert sorted(runs) == sorted(plain)  # each once, and no more than the plain base runs
 
 
+def test_delay_bounded_tries_a_woken_tasks_run_first() -> None:
+    """Among plans of equal rank, a delay inside the run of a task just woken (the hand-off: a
+    woken waiter preempted as it takes its block) comes before the others, where the order of
+    decisions alone would try every earlier one first."""
+    scheduler = DelayBoundedScheduler(1, woken_first=True)
+    runs = []
+    while scheduler.new_execution():
+        # Task 1 takes 6 steps, task 3 two, and task 2 (3 steps) waits until task 1's fifth
+        # step wakes it. Tasks 1 and 3 are runnable from the start: not woken.
+        left, order, current, was = {1: 6, 2: 3, 3: 2}, [], None, {1, 3}
+        while any(left.values()):
+            runnable = [t for t in (1, 2, 3) if left[t] and (t != 2 or left[1] < 2)]
+            scheduler.woken = next((t for t in runnable if t not in was and t != current), None)
+            was = set(runnable)
+            current = scheduler.next_task(runnable, current)
+            left[current] -= 1
+            order.append(current)
+        runs.append(tuple(order))
+    plain = (1, 1, 1, 1, 1, 2, 2, 2, 1, 3, 3)  # task 2 runs as soon as it is woken
+    assert runs[0] == plain
+    first_change = [
+        next((i for i, (a, b) in enumerate(zip(run, plain, strict=True)) if a != b), None) for run in runs[2:]
+    ]
+    # After the other base's plain run: the delays inside task 2's run (decisions 5-7), then
+    # the earlier decisions 0-4 (where only task 3 could go instead).
+    assert first_change[:6] == [5, 5, 6, 6, 7, 7]
+    assert first_change[6] == 0
+
+
 def test_delay_bounded_holds_back_cold_plans_until_allowed() -> None:
     """With ``max_cold = 0`` only all-hot plans run; raising it goes on where it stopped."""
     steps = {1: 2, 2: 2}

@@ -726,13 +726,24 @@ PARKERS = frozenset({"wait", "wait_for"})
 """Method names taken for a park: a thread waits there for another's notify (a condition's or
 an event's wait)."""
 _METHOD_LOADS = ("LOAD_METHOD", "LOAD_ATTR")  # 3.11 loads a method with LOAD_METHOD, 3.12 with LOAD_ATTR
+_CALLABLE_LOADS = (*_METHOD_LOADS, "LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF")
+
+
+def is_cas_name(name: str) -> bool:
+    """Whether a callable's name reads as a compare-and-set (``cas``, ``_cas_head``,
+    ``compare_and_swap``, ``compareAndSet``, ``compare_exchange``): Python has no CAS, so a
+    lock-free design writes one, and names it so."""
+    lowered = name.lower()
+    return "compare" in lowered or "cas" in lowered.replace("-", "_").split("_")
 
 
 def hot_lines(code: CodeType) -> frozenset[int]:
     """The lines of ``code`` inside a lost-update window: after a line that reads an attribute,
     up to and including a later line that stores the same attribute (``count = b.refcount`` ...
     ``b.refcount = count + 1``) or calls a mutating method on it (``if self._free:`` ...
-    ``self._free.popleft()``: check-then-act). Another thread's write in between is lost, so a scheduler that
+    ``self._free.popleft()``: check-then-act), or calls a compare-and-set (``is_cas_name``:
+    ``head = self._head`` ... ``self._cas_head(head, head.next)``, where a stale read makes the
+    compare pass wrongly, ABA). Another thread's write in between is lost, so a scheduler that
     takes hints (PCT) spends a change point among these. A heuristic, by name: a window over
     another object's attribute of the same name is a false lead, never a false alarm."""
     found = _hot_cache.get(code)
@@ -744,6 +755,9 @@ def hot_lines(code: CodeType) -> frozenset[int]:
             line = instruction.positions.lineno if instruction.positions is not None else None
             name = instruction.argval if isinstance(instruction.argval, str) else None
             if line is not None and name is not None:
+                if instruction.opname in _CALLABLE_LOADS and is_cas_name(name):
+                    for attribute in list(loads):  # a CAS stores what was read before it
+                        stores.setdefault(attribute, []).append(line)
                 if instruction.opname in _METHOD_LOADS and name in MUTATORS and loaded is not None:
                     # ``self._free.popleft()``: a check of ``self._free`` before it is a window too
                     stores.setdefault(loaded, []).append(line)

@@ -213,8 +213,8 @@ def _delay(
     # A slice that starts the opening or the hot round ends with the hot round: they are cheap.
     first_rounds = state.round <= _HOT_ROUND
     while state.searches:
-        # The opening round may run into the grace; the rest ends with the slice's length.
-        left = budget_s + (grace_s if state.round == 0 else 0.0) - (time.monotonic() - start)
+        # The opening and hot rounds may run into the grace; the rest ends with the slice's length.
+        left = budget_s + (grace_s if first_rounds else 0.0) - (time.monotonic() - start)
         if left <= 0 or (first_rounds and state.round > _HOT_ROUND):
             break
         config, scheduler = state.searches[state.next]

@@ -235,7 +235,7 @@ class Scenarios(BatchOperations):
                 # Cancellable too: a request cancelled while it gives its block back.
                 with self._cancel_scope() as scope:
                     self._scopes[holder] = scope
-                    await self.op_release(holder, mine[-1])
+                    await self.op_release(holder, mine[0] if arg == "oldest" else mine[-1])
                 self._scopes.pop(holder, None)
             elif kind == "share" and mine:
                 await self.op_share(holder, mine[-1], f"b{arg}")

@@ -11,6 +11,7 @@ from kvstress.mutants._async_pool import AsyncConditionPool as AsyncConditionPoo
 from kvstress.mutants._batch_pools import AsyncFifoBatchPool as AsyncFifoBatchPool
 from kvstress.mutants._batch_pools import CondvarBatchPool as CondvarBatchPool
 from kvstress.mutants._block import Block as Block
+from kvstress.mutants._clh_pool import ClhQueuePool as ClhQueuePool
 from kvstress.mutants._condvar_pool import CondvarPool as CondvarPool
 from kvstress.mutants._corpus import CORRECT_POOLS as CORRECT_POOLS
 from kvstress.mutants._corpus import MUTANTS as MUTANTS
@@ -48,6 +49,7 @@ from kvstress.mutants._mutants_batch import AsyncBatchCancelLeakPool as AsyncBat
 from kvstress.mutants._mutants_batch import BatchPartialGrantLeakPool as BatchPartialGrantLeakPool
 from kvstress.mutants._mutants_batch import BatchShortGrantPool as BatchShortGrantPool
 from kvstress.mutants._mutants_batch import BatchStarvesAtExactlyNPool as BatchStarvesAtExactlyNPool
+from kvstress.mutants._mutants_clh import ClhNoPropagatePool as ClhNoPropagatePool
 from kvstress.mutants._mutants_condvar import CheckThenPollPool as CheckThenPollPool
 from kvstress.mutants._mutants_condvar import FullTimeoutEachWakePool as FullTimeoutEachWakePool
 from kvstress.mutants._mutants_condvar import LockLeakPool as LockLeakPool
@@ -111,6 +113,8 @@ from kvstress.mutants._mutants_sharded import ShardedCountOutsideLockPool as Sha
 from kvstress.mutants._mutants_sharded import ShardedListBeforeResetPool as ShardedListBeforeResetPool
 from kvstress.mutants._mutants_sharded import ShardedNotifyBeforeListPool as ShardedNotifyBeforeListPool
 from kvstress.mutants._mutants_sharded import ShardedScanThenParkPool as ShardedScanThenParkPool
+from kvstress.mutants._mutants_treiber import TreiberLinkAfterPublishPool as TreiberLinkAfterPublishPool
+from kvstress.mutants._mutants_treiber import TreiberPointerCasPool as TreiberPointerCasPool
 from kvstress.mutants._ordinary_anyio import AnyioCapacityLimiterPool as AnyioCapacityLimiterPool
 from kvstress.mutants._ordinary_anyio import AnyioConditionPool as AnyioConditionPool
 from kvstress.mutants._ordinary_anyio import AnyioSemaphorePool as AnyioSemaphorePool
@@ -137,3 +141,4 @@ from kvstress.mutants._ordinary_trio import TrioConditionPool as TrioConditionPo
 from kvstress.mutants._ordinary_trio import TrioSemaphorePool as TrioSemaphorePool
 from kvstress.mutants._polling_pool import PollingCasPool as PollingCasPool
 from kvstress.mutants._sharded_pool import ShardedPool as ShardedPool
+from kvstress.mutants._treiber_pool import TreiberPool as TreiberPool

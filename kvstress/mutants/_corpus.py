@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kvstress.mutants._async_pool import AsyncConditionPool
 from kvstress.mutants._batch_pools import AsyncFifoBatchPool, CondvarBatchPool
+from kvstress.mutants._clh_pool import ClhQueuePool
 from kvstress.mutants._condvar_pool import CondvarPool
 from kvstress.mutants._mutants_async import (
     AsyncHoldTimePool,
@@ -39,6 +40,7 @@ from kvstress.mutants._mutants_batch import (
     BatchShortGrantPool,
     BatchStarvesAtExactlyNPool,
 )
+from kvstress.mutants._mutants_clh import ClhNoPropagatePool
 from kvstress.mutants._mutants_condvar import (
     CheckThenPollPool,
     FullTimeoutEachWakePool,
@@ -90,6 +92,7 @@ from kvstress.mutants._mutants_sharded import (
     ShardedNotifyBeforeListPool,
     ShardedScanThenParkPool,
 )
+from kvstress.mutants._mutants_treiber import TreiberLinkAfterPublishPool, TreiberPointerCasPool
 from kvstress.mutants._ordinary_anyio import (
     AnyioCapacityLimiterPool,
     AnyioConditionPool,
@@ -126,6 +129,7 @@ from kvstress.mutants._ordinary_trio import (
 )
 from kvstress.mutants._polling_pool import PollingCasPool
 from kvstress.mutants._sharded_pool import ShardedPool
+from kvstress.mutants._treiber_pool import TreiberPool
 
 ORDINARY_POOLS: tuple[type, ...] = (
     # asyncio
@@ -163,6 +167,8 @@ CORRECT_POOLS: tuple[type, ...] = (
     CondvarPool,
     PollingCasPool,
     ShardedPool,
+    TreiberPool,
+    ClhQueuePool,
     AsyncConditionPool,
     # with acquire_many: served whenever n are free (threads), and FIFO-fair (async)
     CondvarBatchPool,
@@ -209,6 +215,11 @@ MUTANTS: tuple[type, ...] = (
     ShardedListBeforeResetPool,
     ShardedCallerStripeLockPool,
     ShardedNotifyBeforeListPool,
+    # TreiberPool (threads, a lock-free stack of free blocks)
+    TreiberPointerCasPool,
+    TreiberLinkAfterPublishPool,
+    # ClhQueuePool (threads, AQS-style queue of parked waiters)
+    ClhNoPropagatePool,
     # AsyncConditionPool (anyio: asyncio and trio)
     AsyncResetAfterOfferPool,
     AsyncTakeThenYieldPool,

@@ -15,8 +15,8 @@ from the protocol alone, not from any pool's code:
 - two waiters, releases in a row (a notify that wakes one where two could go);
 - two tenancies of different blocks, taken and given back at once (free-queue and counter
   updates of unrelated blocks);
-- an acquirer paused inside its take while others take, give back and take again (ABA on a
-  free list's head);
+- an acquirer paused inside its take while another takes two blocks and gives the first back
+  (ABA on a free list's head);
 - for async pools: a waiter cancelled as its block is handed to it, alone, and with another
   waiter parked beside it that must then get the block;
 - a waiter whose deadline lands as its block is handed to it, with another parked beside it.
@@ -62,10 +62,11 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
         # a wake-up that only the first woken waiter was to pass on (AQS before PROPAGATE).
         _of([*take_all, ("sleep", SETTLE), *give_all], *([parked] * 2 if virtual else [[waiter]] * 2)),
         _of([("acquire", 0.0), ("release", None)], [("acquire", 0.0), ("release", None)]),
-        # One acquirer preempted inside its take while another takes a block and gives it back
-        # and a third takes the next: the free list's head is the same block again, its link
-        # is not (ABA on a lock-free head compared by pointer alone).
-        _of([("acquire", 0.0)], [("acquire", 0.0), ("release", None)], [("acquire", 0.0)]),
+        # One acquirer preempted inside its take while another takes two blocks and gives back
+        # the first: the free list's head is the same block again, its link is not (ABA on a
+        # lock-free head compared by pointer alone). One delay: the paused take resumes once
+        # the other worker is done.
+        _of([("acquire", 0.0)], [("acquire", 0.0), ("acquire", 0.0), ("release", "oldest")]),
     ]
     if is_async:
         found.append(

@@ -5,6 +5,8 @@ A step is ``(kind, argument)``, as ``Scenarios.run_program`` runs it:
 - ``("acquire", timeout)``: acquire with a finite timeout; on success mark it in use and write a
   fresh canary over it;
 - ``("release", None)``: verify the canary of the worker's newest block, then release it;
+  ``("release", "oldest")`` does so with its oldest (a request that frees its first block
+  while it keeps a later one);
 - ``("share", peer)``: retain the newest block and hand the new reference to worker ``peer``;
 - ``("verify", None)``: the newest block's canary is intact;
 - ``("pause", n)``: ``n`` scheduling points;
@@ -223,4 +225,6 @@ def _step_text(step: Step) -> str:
         return f"{kind}({arg:g})"
     if kind == "acquire_many":
         return f"acquire_many({arg[0]}, {arg[1]:g})"
+    if kind == "release" and arg == "oldest":
+        return "release(oldest)"
     return kind

@@ -44,6 +44,10 @@ from kvstress.schedulers._base import SchedulerBase
 
 _WOKEN_FIRST, _WAKER_GOES_ON = 0, 1  # the two base schedules, in the order they rank
 
+WAKE_WINDOW = 32
+"""The most decisions of a woken task's run that count as its hand-off: among plans of equal
+rank, a delay in one comes first (see ``_expand``)."""
+
 MAX_PLANS = 20_000
 """Candidates kept waiting at most; past it, only plans whose every delay is hot are added."""
 
@@ -71,19 +75,22 @@ class DelayBoundedScheduler(SchedulerBase):
         self.woken: int | None = None
         """Set by a controller that tells it, before a decision: a task that was not runnable at
         the decision before, woken by the one that ran (``woken_first`` runs it next)."""
-        # (cold delays, delays, base, order, plan); the plan is {decision index: task}, base
-        # _WOKEN_FIRST or _WAKER_GOES_ON; order breaks ties FIFO.
+        # (cold delays, delays, delays far from a wake-up, base, order, plan); the plan is
+        # {decision index: task}, base _WOKEN_FIRST or _WAKER_GOES_ON; order breaks ties FIFO.
         bases = (_WOKEN_FIRST, _WAKER_GOES_ON) if woken_first else (_WAKER_GOES_ON,)
-        self._queue: list[tuple[int, int, int, int, tuple[tuple[int, int], ...]]] = [
-            (0, 0, base, order, ()) for order, base in enumerate(bases)
+        self._queue: list[tuple[int, int, int, int, int, tuple[tuple[int, int], ...]]] = [
+            (0, 0, 0, base, order, ()) for order, base in enumerate(bases)
         ]
         self._pushed = len(bases)
         self._base = _WAKER_GOES_ON
         self._plan: dict[int, int] = {}
         self._last = -1  # the plan's latest delay
         self._cold = 0
-        # This execution's decisions: (runnable, the default choice, hot).
-        self._trace: list[tuple[tuple[int, ...], int, bool]] | None = []
+        self._far = 0
+        self._waking: int | None = None  # the task woken last, while it runs on since
+        self._since_wake = 0  # its decisions since
+        # This execution's decisions: (runnable, the default choice, hot, near a wake-up).
+        self._trace: list[tuple[tuple[int, ...], int, bool, bool]] | None = []
         self._exhausted = False
         self._mattered = False  # whether this execution's base changed a choice
         self._bases_twinned = woken_first  # two bases, whose runs may be one
@@ -115,17 +122,18 @@ class DelayBoundedScheduler(SchedulerBase):
             self._expand()
             self._trace = None  # expanded: a refused call below must not expand it again
         queue = self._queue
-        while queue and queue[0][2] == _WAKER_GOES_ON and queue[0][4] in self._twins:
-            self._twins.discard(heapq.heappop(queue)[4])  # run already, from the other base
+        while queue and queue[0][3] == _WAKER_GOES_ON and queue[0][5] in self._twins:
+            self._twins.discard(heapq.heappop(queue)[5])  # run already, from the other base
         if not queue:
             self._exhausted = True
             return False
-        cold, delays, _, _, _ = queue[0]
+        cold, delays = queue[0][:2]
         if (self.max_cold is not None and cold > self.max_cold) or (
             self.max_delays is not None and delays > self.max_delays
         ):
             return False
-        self._cold, _, self._base, _, plan = heapq.heappop(self._queue)
+        self._cold, _, self._far, self._base, _, plan = heapq.heappop(self._queue)
+        self._waking = None
         if self._base == _WAKER_GOES_ON:
             self._waiting.discard(plan)
         self._plan = dict(plan)
@@ -153,7 +161,13 @@ class DelayBoundedScheduler(SchedulerBase):
             default = woken
         trace = self._trace
         assert trace is not None  # set by _begin for the execution in progress
-        trace.append((tuple(runnable), default, hot))
+        if woken is not None and woken == default:
+            self._waking, self._since_wake = woken, 0
+        elif default != self._waking:
+            self._waking = None
+        near = self._waking is not None and self._since_wake < WAKE_WINDOW
+        self._since_wake += 1
+        trace.append((tuple(runnable), default, hot, near))
         return chosen
 
     def _expand(self) -> None:
@@ -173,15 +187,15 @@ class DelayBoundedScheduler(SchedulerBase):
             return
         full = len(self._queue) >= MAX_PLANS
         for at in range(self._last + 1, len(trace)):
-            runnable, default, hot = trace[at]
-            cold = self._cold + (not hot)
+            runnable, default, hot, near = trace[at]
+            cold, far = self._cold + (not hot), self._far + (not near)
             if full and cold:
                 continue
             for task in runnable:
                 if task != default:
                     plan = (*base, (at, task))
                     for which in bases:
-                        heapq.heappush(self._queue, (cold, delays + 1, which, self._pushed, plan))
+                        heapq.heappush(self._queue, (cold, delays + 1, far, which, self._pushed, plan))
                         self._pushed += 1
                         if which == _WAKER_GOES_ON and self._bases_twinned:
                             self._waiting.add(plan)
