@@ -23,6 +23,7 @@ differ); if they differ, runs go on unseeded, with one line on stderr saying so.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,6 +48,25 @@ rounds of two checkpointing tasks (a few microseconds each)."""
 _repeatable: bool | None = None  # None: not probed yet in this process
 
 
+class MovingTime(trio.abc.Instrument):
+    """Moves a ``MockClock`` one float forward before each task step, as a real clock moves
+    between steps: virtual time never reads the same instant in two steps.
+
+    A pool that recomputes its wait each round as ``timeout - (now - start)`` can be left with a
+    wait of a few 1e-17 s (float rounding: 0.05 - (0.3 - 0.25)); ``move_on_after`` puts that
+    deadline at ``now``, it fires at once, and on a clock that stands still the next round
+    computes the same wait again, for ever: a correct pool reported as a spin. Here the next
+    round's read has moved, and the wait comes out at zero or less. A float is about 1e-16 s at
+    these magnitudes, 1e-12 s over a whole run: no timing check notices it."""
+
+    def __init__(self, clock: trio.testing.MockClock) -> None:
+        self.clock = clock
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        now = self.clock.current_time()
+        self.clock.jump(math.nextafter(now, math.inf) - now)
+
+
 def seeded_trio_run(
     async_fn: Callable[[*Ts], Awaitable[T]],
     *args: *Ts,
@@ -56,11 +76,14 @@ def seeded_trio_run(
 ) -> T:
     """``trio.run(async_fn, *args)``, its batch orders fixed by ``seed`` (in [0, 2**64)).
 
-    ``clock`` defaults to ``MockClock(autojump_threshold=0)``: virtual time. trio's RNG state is
+    ``clock`` defaults to ``MockClock(autojump_threshold=0)``: virtual time, moved one float a
+    task step (``MovingTime``). trio's RNG state is
     restored afterwards (Hypothesis restores what it seeded), so other runs are unaffected.
     """
     seed = check_seed(seed)
-    clock = clock if clock is not None else trio.testing.MockClock(autojump_threshold=0)
+    if clock is None:
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        instruments = (*instruments, MovingTime(clock))
     rounds = seed % PRELUDE_ORDERS
 
     async def main() -> T:
