@@ -41,8 +41,12 @@ DELAY_FIRST = 4
 """Executions per motif in the delay strategy's opening round: each motif's first plans, hot or
 cold, before any motif's hot round (a race that needs one cold delay, at a time jump, falls to
 it in the first second)."""
+DELAY_HOT_FIRST = 16
+"""Executions per motif in the first pass of the delay strategy's hot round (hot plans only, a
+delay inside a just-woken task's run first): a hand-off race in the last motifs does not wait
+for every earlier motif's whole hot round."""
 DELAY_HOT_CAP = 64
-"""Executions per motif in the delay strategy's hot round, which runs hot plans only."""
+"""Executions per motif in the delay strategy's hot round, both passes, which run hot plans only."""
 OPENING_GRACE_S = 4.0
 """The most wall seconds the fuzz loop lets a slice run past its length to finish the delay
 strategy's opening round (see ``run_slice``'s ``grace_s``): its few dozen executions take 0.3 s
@@ -51,7 +55,7 @@ wait a whole cycle of the mix there (CI missed the timed-out notify so, at 15 ex
 DELAY_CAP = 16
 """Executions per motif in the delay strategy's first round after the hot one; each later round
 doubles it."""
-_HOT_ROUND = 1  # the round that runs hot plans only; round 0 is the opening
+_HOT_ROUNDS = (1, 2)  # the two passes that run hot plans only; round 0 is the opening
 MACHINE_HANG_BOUND = 1.0  # seconds; a hung pool costs this per hang, and shrinking replays it
 MACHINE_EXAMPLES = 10  # examples per Hypothesis run within a slice
 MACHINE_SHRINK_CAP_S = 30.0
@@ -191,8 +195,9 @@ def _delay(
     """Delay-bounded search over the motifs, round-robin, going on where the previous slice of
     the run left it. The opening round runs each motif's first ``DELAY_FIRST`` plans; the hot
     round its one-delay hot plans (a switch at a hinted decision: a lost-update or
-    check-then-act window), up to ``DELAY_HOT_CAP`` runs, or, for a motif without hints (async
-    pools give none), its next ``DELAY_CAP`` plans; the slice that runs them ends with them;
+    check-then-act window), in two passes over the motifs (``DELAY_HOT_FIRST`` runs each, then
+    up to ``DELAY_HOT_CAP`` in all), or, for a motif without hints (async pools give none), its
+    next ``DELAY_CAP`` plans; the slice that runs them ends with them (into the grace);
     then each round gives every motif twice the executions of the last, from ``DELAY_CAP``.
     Once every motif is exhausted (every interleaving with up to ``DELAY_BOUND`` delays has
     run), a slice returns at once."""
@@ -211,23 +216,24 @@ def _delay(
     start = time.monotonic()
     result = SliceResult()
     # A slice that starts the opening or the hot round ends with the hot round: they are cheap.
-    first_rounds = state.round <= _HOT_ROUND
+    first_rounds = state.round <= _HOT_ROUNDS[-1]
     while state.searches:
         # The opening and hot rounds may run into the grace; the rest ends with the slice's length.
         left = budget_s + (grace_s if first_rounds else 0.0) - (time.monotonic() - start)
-        if left <= 0 or (first_rounds and state.round > _HOT_ROUND):
+        if left <= 0 or (first_rounds and state.round > _HOT_ROUNDS[-1]):
             break
         config, scheduler = state.searches[state.next]
-        hot_only = state.round == _HOT_ROUND
+        hot_only = state.round in _HOT_ROUNDS
         scheduler.max_cold, scheduler.max_delays = (0, 1) if hot_only else (None, None)
         cap = (
-            (DELAY_FIRST, DELAY_HOT_CAP)[state.round]
+            (DELAY_FIRST, DELAY_HOT_FIRST, DELAY_HOT_CAP - DELAY_HOT_FIRST)[state.round]
             if first_rounds
-            else DELAY_CAP << min(state.round - 2, 16)
+            else DELAY_CAP << min(state.round - 3, 16)
         )
         began = time.monotonic() - start
         found = search(config, scheduler, max_executions=cap, budget_s=left)
-        if hot_only and found.failure is None and found.executions <= 1 and not scheduler.exhausted:
+        no_hints = found.failure is None and found.executions <= 1 and not scheduler.exhausted
+        if state.round == _HOT_ROUNDS[0] and no_hints:
             # No hint in this motif (none on the controlled loop, none in code without a
             # lost-update window): its first cold plans come now, not a whole cycle later.
             result.executions += found.executions
