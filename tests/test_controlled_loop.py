@@ -607,3 +607,38 @@ def test_a_sleep_for_what_is_left_of_a_timeout_lets_time_move() -> None:
             await asyncio.sleep(remaining)
 
     assert run_controlled(main, RandomScheduler(seed=0), max_steps=200) == pytest.approx(0.3)
+
+
+class _TasksFirst(Recording):
+    """Always the highest lane: a task over plain callbacks (lane 0), as PCT may rank them."""
+
+    def next_task(self, runnable: Sequence[int], current: int | None) -> int:
+        self.offered.append(tuple(runnable))
+        return max(runnable)
+
+
+def test_a_wake_up_chosen_over_a_ready_callback_is_no_spin() -> None:
+    """A waiter that polls with ``sleep(0)`` until a callback already queued runs (anyio on
+    asyncio waits so for its cancellation to be delivered) wakes once on asyncio's FIFO ready
+    queue; a scheduler that prefers the task makes it wake up to the fairness bound at one
+    instant. Those wake-ups were chosen over the ready callback: not counted as spinning (a
+    correct anyio pool was a busy-wait finding). A wait with nothing else ready still counts."""
+    from kvstress.harness._runner import Suspensions
+
+    async def poll_until(flag: list[bool]) -> None:
+        while not flag[0]:
+            await asyncio.sleep(0)
+
+    async def main() -> tuple[int, int]:
+        flag = [False]
+        # A timer's callback, as anyio's deadline is: a plain callback of no task's lane.
+        asyncio.get_running_loop().call_later(0.0, flag.__setitem__, 0, True)
+        contended = Suspensions(poll_until(flag))
+        await contended
+        alone = Suspensions(asyncio.sleep(0.01))  # nothing else ready: the one wake-up counts
+        await alone
+        return contended.count, alone.count
+
+    contended, alone = run_controlled(main, _TasksFirst(RandomScheduler(0)))
+    assert contended <= 2
+    assert alone == 1

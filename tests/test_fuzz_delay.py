@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dis
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from kvstress.fuzz._target import load_target
 from kvstress.linearize import check_history
 from kvstress.reports import load_report
 from kvstress.scenarios._motifs import PARKED_WAIT, motifs
-from kvstress.scenarios._programs import Scenario
+from kvstress.scenarios._programs import HANDOFF_WAIT, Scenario
 from kvstress.scenarios._search import search
 from kvstress.schedulers import DelayBoundedScheduler
 
@@ -253,3 +254,74 @@ def test_a_delay_only_run_ends_once_every_motif_is_exhausted(tmp_path: Path) -> 
     outcome = fuzz(_target("AnyioSemaphorePool", "trio"), budget_s=60, mix=("delay",), report_dir=tmp_path)
     assert outcome.finding is None and outcome.elapsed_s < 30
     assert outcome.executions == len(motifs(2, True))
+
+
+class _SlowHandle:
+    """A handle whose fields are properties that take virtual time to read (a slotmap-style
+    handle's properties are the pool's code: another thread runs, time may move)."""
+
+    def __init__(self, block: Any) -> None:
+        self._block = block
+
+    @property
+    def id(self) -> int:
+        time.sleep(0.01)
+        return int(self._block.id)
+
+    @property
+    def data(self) -> Any:
+        return self._block.data
+
+    @property
+    def state(self) -> Any:
+        return self._block.state
+
+    @property
+    def refcount(self) -> int:
+        return int(self._block.refcount)
+
+
+class SlowHandlePool:
+    """A correct Condition pool handing out ``_SlowHandle`` wrappers."""
+
+    backoff_bound = 0.0
+
+    def __init__(self, num_blocks: int, block_shape: Any, **kwargs: Any) -> None:
+        from kvstress.mutants import CondvarPool
+
+        self._pool = CondvarPool(num_blocks, block_shape, **kwargs)
+        self.num_blocks = num_blocks
+
+    def acquire(self, timeout: float | None = None) -> Any:
+        block = self._pool.acquire(timeout)
+        return None if block is None else _SlowHandle(block)
+
+    def mark_in_use(self, handle: _SlowHandle) -> None:
+        self._pool.mark_in_use(handle._block)
+
+    def retain(self, handle: _SlowHandle) -> None:
+        self._pool.retain(handle._block)
+
+    def release(self, handle: _SlowHandle) -> bool:
+        return bool(self._pool.release(handle._block))
+
+    def free_count(self) -> int:
+        return int(self._pool.free_count())
+
+    def free_ids(self) -> list[int]:
+        return list(self._pool.free_ids())
+
+
+def test_an_acquire_ends_when_the_pool_returns_not_when_its_handle_is_read() -> None:
+    """A parked waiter gets its block; reading the handle's ``id`` (a property that takes 10 ms
+    of virtual time) is the harness's, after the call: the wake-up check must not count it as
+    waiting beside the free block (a correct pool with slotmap handles was a lost-wakeup)."""
+    target = load_target(f"{__name__}:SlowHandlePool")
+    waiter = [m for m in motifs(2, False) if ("acquire", HANDOFF_WAIT) in m.programs[1]][0]
+    found = search(
+        replace(scenario_config(target), scenario=waiter),
+        DelayBoundedScheduler(2, woken_first=True),
+        max_executions=40,
+        budget_s=60,
+    )
+    assert found.failure is None, found.failure

@@ -106,6 +106,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         max_time: float | None = None,
     ) -> None:
         # This loop's own fields carry a _kv prefix: the stock loop's private names are its own.
+        self.kv_contended = False
+        """Whether the step running now was chosen over another ready task or callback (see
+        ``contended_step``)."""
         self._kv_ready: collections.deque[_Entry] = collections.deque()
         self._kv_inbox: collections.deque[_Entry] = collections.deque()  # from other threads
         self._kv_timers: list[tuple[float, int, asyncio.TimerHandle, _Entry]] = []
@@ -331,6 +334,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     def _choose(self, ready: collections.deque[_Entry]) -> _Entry | None:
         """Take the oldest callback of the lane the scheduler picks (None: look again)."""
         if self._scheduler_failed:
+            self.kv_contended = False
             entry = ready.popleft()
             self._kv_origin.pop(entry[0], None)
             return None if entry[0].cancelled() else entry
@@ -339,6 +343,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             return None
         if self._tells_woken:
             self._tell_woken(heads)
+        self.kv_contended = len(heads) > 1
         lane = next(iter(heads)) if len(heads) == 1 else self._ask_fairly(sorted(heads))
         self._current = lane
         index = heads[lane]
@@ -539,3 +544,18 @@ def run_controlled(
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.get_loop()  # create the loop (and start the execution) before main() exists
         return runner.run(main())
+
+
+def contended_step() -> bool:
+    """Whether the step running now, on a controlled loop, was chosen over another ready task or
+    callback. A waiter that polls with ``sleep(0)`` until a callback already queued runs (anyio
+    on asyncio waits so for its cancellation to be delivered) wakes once or twice on asyncio's
+    first-in-first-out ready queue; a scheduler that keeps choosing the waiter over that callback
+    (PCT's priorities, up to ``FAIRNESS_BOUND``) makes it wake a thousand times at one instant.
+    Such a wake-up burns no time the loop would have idled: the busy-wait check does not count it
+    (``Suspensions``). False on any other loop."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return bool(getattr(loop, "kv_contended", False))

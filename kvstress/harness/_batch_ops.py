@@ -31,12 +31,13 @@ class BatchOperations(Operations):
         index = self.history.begin(holder, "acquire_many", {"n": n, "timeout": timeout}, self._stamp())
         start, excused0 = self._now(), self._excused_now()
         blocks = await self._call(index, "acquire_many", self.pool.acquire_many, n, timeout)
+        returned = self._stamp()  # before the blocks' fields are read (see ``op_acquire``)
         elapsed = self._now() - start
         excused = self._excused_since(excused0)
         busy = elapsed - excused
         observed = {"elapsed_s": elapsed, **({"excused_s": excused} if excused > 0 else {})}
         if blocks is None:
-            self.history.end(index, self._stamp(), "info", None, observed)
+            self.history.end(index, returned, "info", None, observed)
             checkers.check_timeout(timeout, False, elapsed, busy, self.backoff_bound, self.timing)
             free = self.num_blocks - len(self.ledger.open)
             if self.sequential and timeout == 0 and free >= n and not await self._excused_refusal(index):
@@ -50,7 +51,7 @@ class BatchOperations(Operations):
         for block_id, block in zip(ids, blocks, strict=True):
             clash = self.ledger.take(holder, block_id, block)
             checkers.check_acquired(block_id, self.num_blocks, clash.holders if clash else ())
-        self.history.end(index, self._stamp(), "ok", ids, observed)
+        self.history.end(index, returned, "ok", ids, observed)
         for block_id, block in zip(ids, blocks, strict=True):
             checkers.check_zeroed(block_id, self._read(index, block, "data"))
             checkers.check_fresh_state(block_id, self._state(block), self._refcount(block))

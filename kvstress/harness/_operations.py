@@ -60,6 +60,10 @@ class Operations:
         index = self.history.begin(holder, "acquire", {"timeout": timeout}, self._stamp())
         cpu0, start, excused0, releases0 = self._cpu(), self._now(), self._excused_now(), self.release_calls
         block, suspensions = await self._call(index, "acquire", self.pool.acquire, timeout, count=True)
+        # The call's end, before the block's fields are read: a property is the pool's code,
+        # where another thread runs and virtual time may jump, and the wake-up check must not
+        # count that as time the acquire kept waiting.
+        returned = self._stamp()
         elapsed, cpu = self._now() - start, self._cpu_since(cpu0)
         # Lateness is judged without garbage collection or OS stalls (no Python code, the
         # pool's included, runs meanwhile); earliness and CPU per second waited on the plain wall clock.
@@ -73,7 +77,7 @@ class Operations:
         if excused > 0:
             observed["excused_s"] = excused  # for the wake-up check of the whole history
         if block is None:
-            self.history.end(index, self._stamp(), "info", None, observed)
+            self.history.end(index, returned, "info", None, observed)
             checkers.check_timeout(timeout, False, elapsed, busy, self.backoff_bound, self.timing)
             checkers.check_parking(elapsed, cpu, suspensions, self.timing)
             # Only a try-once is judged here: on real time a timed acquire may time out before
@@ -90,7 +94,7 @@ class Operations:
         block_id = self._read(index, block, "id")
         clash = self.ledger.take(holder, block_id, block) if isinstance(block_id, int) else ()
         observed["state"], observed["refcount"] = self._state(block).name, self._refcount(block)
-        self.history.end(index, self._stamp(), "ok", block_id, observed)
+        self.history.end(index, returned, "ok", block_id, observed)
         checkers.check_acquired(block_id, self.num_blocks, clash.holders if clash else ())
         checkers.check_zeroed(block_id, self._read(index, block, "data"))
         checkers.check_fresh_state(block_id, BlockState[observed["state"]], observed["refcount"])

@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 import anyio
 import anyio.from_thread
 
+from kvstress.controlled._loop import contended_step
+
 T = TypeVar("T")
 
 
@@ -189,7 +191,9 @@ class LoopThread:
 
 
 class Suspensions:
-    """Wraps a coroutine and counts how often it suspends (to tell parking from spinning)."""
+    """Wraps a coroutine and counts how often it is woken (to tell parking from spinning); on a
+    controlled loop, not a wake-up chosen over another ready task or callback: the loop was busy
+    then, and the wait no spin (``contended_step``)."""
 
     def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
         self._coro = coro
@@ -202,9 +206,10 @@ class Suspensions:
                 yielded = coro.send(value) if error is None else coro.throw(error)
             except StopIteration as done:
                 return done.value
-            self.count += 1
             value, error = None, None
             try:
                 value = yield yielded
             except BaseException as exc:  # cancellation and the like go to the pool's code
                 error = exc
+            if not contended_step():
+                self.count += 1
