@@ -317,7 +317,7 @@ def test_an_acquire_ends_when_the_pool_returns_not_when_its_handle_is_read() -> 
     of virtual time) is the harness's, after the call: the wake-up check must not count it as
     waiting beside the free block (a correct pool with slotmap handles was a lost-wakeup)."""
     target = load_target(f"{__name__}:SlowHandlePool")
-    waiter = [m for m in motifs(2, False) if ("acquire", HANDOFF_WAIT) in m.programs[1]][0]
+    waiter = next(m for m in motifs(2, False) if ("acquire", HANDOFF_WAIT) in m.programs[1])
     found = search(
         replace(scenario_config(target), scenario=waiter),
         DelayBoundedScheduler(2, woken_first=True),
