@@ -489,14 +489,26 @@ def test_delay_bounded_runs_a_woken_task_first_from_its_second_base() -> None:
     assert not plain.new_execution()
 
 
-def _woken_runs(scheduler: DelayBoundedScheduler, wakes: bool) -> list[tuple[int, ...]]:
-    """Every run of a three-task model: task 1 takes 3 steps, tasks 2 and 3 two each; with
-    ``wakes``, task 3 waits until task 1's second step wakes it."""
+def _model_runs(
+    scheduler: DelayBoundedScheduler,
+    steps: dict[int, int],
+    sleeper: int,
+    waker_left: int,
+    known: frozenset[int] = frozenset(),
+) -> list[tuple[int, ...]]:
+    """Every run of a model: each task takes ``steps[task]`` steps, and ``sleeper`` waits until
+    task 1 has fewer than ``waker_left`` steps left (0: it never waits); the controller tells
+    the scheduler which task was just woken, as the thread baton does (tasks in ``known`` are
+    runnable from the start, not woken)."""
     runs = []
     while scheduler.new_execution():
-        left, order, current, was = {1: 3, 2: 2, 3: 2}, [], None, set()
+        left, order, current, was = dict(steps), [], None, set(known)
         while any(left.values()):
-            runnable = [t for t in (1, 2, 3) if left[t] and (t != 3 or not wakes or left[1] < 2)]
+            runnable = [
+                t
+                for t in sorted(left)
+                if left[t] and (t != sleeper or left[1] < waker_left or not waker_left)
+            ]
             scheduler.woken = next((t for t in runnable if t not in was and t != current), None)
             was = set(runnable)
             current = scheduler.next_task(runnable, current)
@@ -504,6 +516,12 @@ def _woken_runs(scheduler: DelayBoundedScheduler, wakes: bool) -> list[tuple[int
             order.append(current)
         runs.append(tuple(order))
     return runs
+
+
+def _woken_runs(scheduler: DelayBoundedScheduler, wakes: bool) -> list[tuple[int, ...]]:
+    """Every run of a three-task model: task 1 takes 3 steps, tasks 2 and 3 two each; with
+    ``wakes``, task 3 waits until task 1's second step wakes it."""
+    return _model_runs(scheduler, {1: 3, 2: 2, 3: 2}, sleeper=3, waker_left=2 if wakes else 0)
 
 
 @pytest.mark.parametrize("bound", [0, 1, 2])
@@ -524,20 +542,10 @@ def test_delay_bounded_tries_a_woken_tasks_run_first() -> None:
     """Among plans of equal rank, a delay inside the run of a task just woken (the hand-off: a
     woken waiter preempted as it takes its block) comes before the others, where the order of
     decisions alone would try every earlier one first."""
+    # Task 1 takes 6 steps, task 3 two, and task 2 (3 steps) waits until task 1's fifth step
+    # wakes it. Tasks 1 and 3 are runnable from the start: not woken.
     scheduler = DelayBoundedScheduler(1, woken_first=True)
-    runs = []
-    while scheduler.new_execution():
-        # Task 1 takes 6 steps, task 3 two, and task 2 (3 steps) waits until task 1's fifth
-        # step wakes it. Tasks 1 and 3 are runnable from the start: not woken.
-        left, order, current, was = {1: 6, 2: 3, 3: 2}, [], None, {1, 3}
-        while any(left.values()):
-            runnable = [t for t in (1, 2, 3) if left[t] and (t != 2 or left[1] < 2)]
-            scheduler.woken = next((t for t in runnable if t not in was and t != current), None)
-            was = set(runnable)
-            current = scheduler.next_task(runnable, current)
-            left[current] -= 1
-            order.append(current)
-        runs.append(tuple(order))
+    runs = _model_runs(scheduler, {1: 6, 2: 3, 3: 2}, sleeper=2, waker_left=2, known=frozenset({1, 3}))
     plain = (1, 1, 1, 1, 1, 2, 2, 2, 1, 3, 3)  # task 2 runs as soon as it is woken
     assert runs[0] == plain
     first_change = [
