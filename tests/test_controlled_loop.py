@@ -642,3 +642,31 @@ def test_a_wake_up_chosen_over_a_ready_callback_is_no_spin() -> None:
     contended, alone = run_controlled(main, _TasksFirst(RandomScheduler(0)))
     assert contended <= 2
     assert alone == 1
+
+
+def test_a_wait_recomputed_from_its_start_ends_on_virtual_time() -> None:
+    """``timeout - (now - start)`` can leave a wait of 1.4e-17 s (0.05 - (0.3 - 0.25)), and
+    ``asyncio.timeout`` puts its deadline at now: it fires at once, and on a clock that stands
+    still the loop computes the same wait for ever (a correct pool was a busy-wait). Time moves
+    a float a step once it stood for ``CREEP_AFTER`` steps, as a real clock does; a run that
+    does not stand that long keeps exact times."""
+    from kvstress.controlled._loop import CREEP_AFTER
+
+    async def recomputing() -> tuple[int, float]:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.25)
+        exact = loop.time()
+        start, rounds = loop.time(), 0
+        while rounds < 5 * CREEP_AFTER:
+            remaining = 0.05 - (loop.time() - start)
+            if remaining <= 0:
+                break
+            rounds += 1
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await asyncio.Event().wait()
+        return rounds, exact
+
+    rounds, exact = run_controlled(recomputing, RandomScheduler(seed=0), max_steps=20 * CREEP_AFTER)
+    assert exact == 0.25
+    assert rounds <= CREEP_AFTER

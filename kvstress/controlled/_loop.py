@@ -54,6 +54,14 @@ Ts = TypeVarTuple("Ts")
 DEFAULT_MAX_STEPS = 1_000_000
 """Callbacks the loop may run at one instant of virtual time before ``StepLimitExceeded``."""
 
+CREEP_AFTER = 1_000
+"""Steps at one instant of virtual time after which time moves one float a step, as a real
+clock moves between steps (the step bound, ``max_steps``, still counts them: a spin is still
+found). A deadline recomputed each round as ``timeout - (now - start)`` can be a few 1e-17 s
+away (0.05 - (0.3 - 0.25)); ``asyncio.timeout`` puts it at now (an absolute ``call_at``), it
+fires at once, and on a standing clock the next round computes the same: a correct pool spun
+into a busy-wait finding. Runs that do not stay this long at one instant keep exact times."""
+
 FAIRNESS_BOUND = 1_000
 """Decisions a ready task (or thread) may be passed over in a row before it runs regardless.
 
@@ -317,6 +325,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             return True
         self._kv_budget -= 1
         self.steps += 1
+        if self.max_steps - self._kv_budget > CREEP_AFTER:
+            self._kv_now = math.nextafter(self._kv_now, math.inf)  # see CREEP_AFTER
         handle, callback, args, context = entry
         try:
             context.run(callback, *args)

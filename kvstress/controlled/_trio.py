@@ -35,6 +35,7 @@ import trio.testing
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from kvstress.controlled._loop import CREEP_AFTER
 from kvstress.controlled._thread_work import following_thread_work
 from kvstress.schedulers._base import check_seed
 
@@ -49,22 +50,31 @@ _repeatable: bool | None = None  # None: not probed yet in this process
 
 
 class MovingTime(trio.abc.Instrument):
-    """Moves a ``MockClock`` one float forward before each task step, as a real clock moves
-    between steps: virtual time never reads the same instant in two steps.
+    """Moves a ``MockClock`` one float forward before each task step once ``CREEP_AFTER`` steps
+    ran at one instant, as a real clock moves between steps (the run's step bound still counts
+    them: a spin is still found).
 
     A pool that recomputes its wait each round as ``timeout - (now - start)`` can be left with a
     wait of a few 1e-17 s (float rounding: 0.05 - (0.3 - 0.25)); ``move_on_after`` puts that
     deadline at ``now``, it fires at once, and on a clock that stands still the next round
-    computes the same wait again, for ever: a correct pool reported as a spin. Here the next
-    round's read has moved, and the wait comes out at zero or less. A float is about 1e-16 s at
-    these magnitudes, 1e-12 s over a whole run: no timing check notices it."""
+    computes the same wait again, for ever: a correct pool reported as a spin. Here the clock
+    moves, and the wait comes out at zero or less. Runs that do not stay that long at one
+    instant keep exact times."""
 
     def __init__(self, clock: trio.testing.MockClock) -> None:
         self.clock = clock
+        self._at = -math.inf  # the instant of the last step
+        self._steps = 0  # steps at it
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         now = self.clock.current_time()
-        self.clock.jump(math.nextafter(now, math.inf) - now)
+        if now != self._at:
+            self._at, self._steps = now, 0
+            return
+        self._steps += 1
+        if self._steps > CREEP_AFTER:
+            self.clock.jump(math.nextafter(now, math.inf) - now)
+            self._at = self.clock.current_time()  # its own move is no new instant
 
 
 def seeded_trio_run(
@@ -76,8 +86,8 @@ def seeded_trio_run(
 ) -> T:
     """``trio.run(async_fn, *args)``, its batch orders fixed by ``seed`` (in [0, 2**64)).
 
-    ``clock`` defaults to ``MockClock(autojump_threshold=0)``: virtual time, moved one float a
-    task step (``MovingTime``). trio's RNG state is
+    ``clock`` defaults to ``MockClock(autojump_threshold=0)``: virtual time (moved a float a step
+    past ``CREEP_AFTER`` steps at one instant: ``MovingTime``). trio's RNG state is
     restored afterwards (Hypothesis restores what it seeded), so other runs are unaffected.
     """
     seed = check_seed(seed)
