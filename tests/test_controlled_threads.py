@@ -1179,6 +1179,19 @@ def test_no_switch_while_a_collection_runs_a_finalizer() -> None:
     assert _interrupted(collect, "finalizer", "finalized") == []
 
 
+def test_the_collection_hook_is_there_only_during_a_run() -> None:
+    """The hook that stops switches during a collection is installed for a controlled run and
+    taken out after it: left in every collection of a process that imported kvstress, it was
+    traced by another tool's scheduler (frontrun's DPOR deadlocked inside it)."""
+    from kvstress.controlled._baton import _collecting
+
+    seen = []
+    assert _collecting not in gc.callbacks
+    ThreadController(RandomScheduler(0)).run(lambda: seen.append(_collecting in gc.callbacks))
+    assert seen == [True]
+    assert _collecting not in gc.callbacks
+
+
 def test_no_switch_while_a_harness_lock_is_held() -> None:
     """Inside a ``HarnessLock`` section a controlled thread passes no scheduling point, even in
     code the section never called: another thread can never find the real lock held."""

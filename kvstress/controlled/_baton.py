@@ -27,6 +27,7 @@ call, an untraced spin). Whatever the program does, ``run`` returns or raises.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import dis
 import gc
 import sys
@@ -117,9 +118,6 @@ def _collecting(phase: str, info: dict[str, Any]) -> None:
     me = _running()
     if me is not None:
         me.holding += 1 if phase == "start" else -1
-
-
-gc.callbacks.append(_collecting)
 
 
 class ThreadAborted(BaseException):
@@ -322,6 +320,9 @@ class ThreadController:
             if _ACTIVE is not None:
                 raise RuntimeError("another controlled thread run is in progress in this process")
             _ACTIVE = self
+        # Only for the run: a hook left in every collection of the process is traced by other
+        # tools too (frontrun's DPOR deadlocked inside it, in a process that imported kvstress).
+        gc.callbacks.append(_collecting)
         try:
             first = self._start(main, "main")
             self.current = first
@@ -332,6 +333,8 @@ class ThreadController:
                 self._interrupt()
                 raise
         finally:
+            with contextlib.suppress(ValueError):
+                gc.callbacks.remove(_collecting)
             with _ACTIVE_LOCK:
                 _ACTIVE = None
         if self.failure is not None:
