@@ -737,7 +737,7 @@ def is_cas_name(name: str) -> bool:
     ``compare_and_swap``, ``compareAndSet``, ``compare_exchange``): Python has no CAS, so a
     lock-free design writes one, and names it so."""
     lowered = name.lower()
-    return "compare" in lowered or "cas" in lowered.replace("-", "_").split("_")
+    return "compare" in lowered or "cas" in lowered.split("_")
 
 
 def hot_lines(code: CodeType) -> frozenset[int]:

@@ -556,16 +556,12 @@ def run_controlled(
         return runner.run(main())
 
 
-def contended_step() -> bool:
-    """Whether the step running now, on a controlled loop, was chosen over another ready task or
-    callback. A waiter that polls with ``sleep(0)`` until a callback already queued runs (anyio
-    on asyncio waits so for its cancellation to be delivered) wakes once or twice on asyncio's
-    first-in-first-out ready queue; a scheduler that keeps choosing the waiter over that callback
-    (PCT's priorities, up to ``FAIRNESS_BOUND``) makes it wake a thousand times at one instant.
-    Such a wake-up burns no time the loop would have idled: the busy-wait check does not count it
-    (``Suspensions``). False on any other loop."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return bool(getattr(loop, "kv_contended", False))
+def contended_step(loop: object) -> bool:
+    """Whether the step ``loop`` runs now, on a controlled loop, was chosen over another ready
+    task or callback. A waiter that polls with ``sleep(0)`` until a callback already queued runs
+    (anyio on asyncio waits so for its cancellation to be delivered) wakes once or twice on
+    asyncio's first-in-first-out ready queue; a scheduler that keeps choosing the waiter over
+    that callback (PCT's priorities, up to ``FAIRNESS_BOUND``) makes it wake a thousand times at
+    one instant. Such a wake-up burns no time the loop would have idled: the busy-wait check
+    does not count it (``Suspensions``). False for any other loop, or None."""
+    return getattr(loop, "kv_contended", False) is True

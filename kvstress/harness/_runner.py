@@ -7,6 +7,7 @@ for with a timeout. A call that overruns is reported as a hang and its thread is
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import queue
 import threading
@@ -201,6 +202,10 @@ class Suspensions:
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coro, value, error = self._coro, None, None
+        try:
+            loop: object = asyncio.get_running_loop()  # once: it is the same at every wake-up
+        except RuntimeError:  # trio
+            loop = None
         while True:
             try:
                 yielded = coro.send(value) if error is None else coro.throw(error)
@@ -211,5 +216,5 @@ class Suspensions:
                 value = yield yielded
             except BaseException as exc:  # cancellation and the like go to the pool's code
                 error = exc
-            if not contended_step():
+            if not contended_step(loop):
                 self.count += 1

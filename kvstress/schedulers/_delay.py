@@ -12,7 +12,10 @@ candidate for one more delay, and candidates are run best first:
 - a delay at a *hot* decision (the controller's hint: a switch inside a lost-update window,
   after a line read an attribute and before the line that stores it, or inside a
   check-then-park window, before a ``wait``) comes before any other;
-- among the rest, fewer delays before more, and earlier decisions before later ones.
+- among the rest, fewer delays before more, and earlier decisions before later ones;
+- at equal rank, a delay inside the run of a task just woken (its first ``WAKE_WINDOW``
+  decisions while it runs on) comes first: the hand-off, where a woken waiter is preempted as
+  it takes its block (JDK-6801020's shared release without PROPAGATE).
 
 So a lost update between two tasks is reached within the first few executions, whatever the
 program's length, where depth-first search (``DFSScheduler``) tries the switches of the
