@@ -12,6 +12,9 @@ mkdir -p "$out"
 section() { printf '\n=== %s ===\n' "$1"; }
 has_cuda() { python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; }
 skip() { echo "skipped: $1"; }
+# A failing section is reported and the script goes on: one device run shows every failure.
+failed=()
+try() { "$@" || { echo "FAILED (exit $?): $*"; failed+=("$*"); }; }
 
 section "environment"
 python - <<'PY'
@@ -32,7 +35,7 @@ section "bench workload on CUDA: pooled blocks against a fresh tensor per reques
 # 8 MiB blocks; the planned pool is 3072 blocks (24 GiB) and so is the per-request path's cap,
 # enforced by the caching allocator (real OutOfMemoryErrors). The burst wants about twice the pool.
 if has_cuda; then
-  python -m kvstress bench workload --device cuda --model llama-2-7b --layers 32 \
+  try python -m kvstress bench workload --device cuda --model llama-2-7b --layers 32 \
     --requests 400 --concurrency 16 --max-tokens 2048 --hold-ms 50 --burst 256 --policy queue \
     --json "$out/workload-cuda.json" --plot "$out/workload-cuda.svg"
 else
@@ -41,7 +44,7 @@ fi
 
 section "CUDA tests: reset on the pool's stream, takers wait on its event, a planted no-wait caught"
 if has_cuda; then
-  python -m pytest -q -p no:cacheprovider -m cuda tests
+  try python -m pytest -q -p no:cacheprovider -m cuda tests
 else
   skip "no CUDA device (torch.cuda.is_available() is False)"
 fi
@@ -49,20 +52,24 @@ fi
 section "acquire_many/release_many on CUDA: one reset launch per batch, the taker's stream waits on its event"
 # Also in the CUDA tests above; run alone here so its verdict is one line in the log.
 if has_cuda; then
-  python -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda_streams.py -k "acquire_many or batch"
+  try python -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda_streams.py -k "acquire_many or batch"
 else
   skip "no CUDA device (torch.cuda.is_available() is False)"
 fi
 
 section "pool benchmarks on CUDA: pairs/s against the seed-style pool (acquire_many rows included), reset bandwidth against copy"
 if has_cuda; then
-  python benchmarks/bench_pool.py --device cuda
+  try python benchmarks/bench_pool.py --device cuda
 else
   skip "no CUDA device (torch.cuda.is_available() is False)"
 fi
 
 section "pool benchmarks on the CPU (the same table, for comparison)"
-python benchmarks/bench_pool.py
+try python benchmarks/bench_pool.py
 
 section "done"
 echo "files in $out"
+if ((${#failed[@]})); then
+  printf 'failed sections: %d\n' "${#failed[@]}"
+  exit 1
+fi

@@ -89,3 +89,18 @@ def test_device_cap_does_nothing_on_the_cpu() -> None:
     """device_capped is a no-op off CUDA: the CPU path counts against its budget instead."""
     with device_capped(torch.device("cpu"), 1):
         assert torch.zeros(4).sum() == 0
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_cap_takes_a_bare_cuda_device() -> None:
+    """``--device cuda`` names no index; the cap goes on the current device (the first GPU run
+    failed here: torch's fraction setter wants an index)."""
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    with device_capped(torch.device("cuda"), total // 8):
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(total // 4, dtype=torch.uint8, device="cuda")
+    kept = torch.empty(total // 4, dtype=torch.uint8, device="cuda")  # the cap is lifted after
+    assert kept.numel() == total // 4
+    del kept
+    torch.cuda.empty_cache()

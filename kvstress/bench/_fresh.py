@@ -110,12 +110,14 @@ def device_capped(device: torch.device, cap_bytes: int | None) -> Iterator[None]
     if device.type != "cuda" or cap_bytes is None:
         yield
         return
-    total = torch.cuda.get_device_properties(device).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total), device)
+    # set_per_process_memory_fraction wants an index: a bare "cuda" means the current device.
+    index = torch.cuda.current_device() if device.index is None else device.index
+    total = torch.cuda.get_device_properties(index).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total), index)
     try:
         yield
     finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.set_per_process_memory_fraction(1.0, index)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
