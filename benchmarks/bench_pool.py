@@ -29,8 +29,8 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import anyio
 import torch

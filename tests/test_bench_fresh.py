@@ -97,9 +97,8 @@ def test_device_cap_takes_a_bare_cuda_device() -> None:
     """``--device cuda`` names no index; the cap goes on the current device (the first GPU run
     failed here: torch's fraction setter wants an index)."""
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    with device_capped(torch.device("cuda"), total // 8):
-        with pytest.raises(torch.OutOfMemoryError):
-            torch.empty(total // 4, dtype=torch.uint8, device="cuda")
+    with device_capped(torch.device("cuda"), total // 8), pytest.raises(torch.OutOfMemoryError):
+        torch.empty(total // 4, dtype=torch.uint8, device="cuda")
     kept = torch.empty(total // 4, dtype=torch.uint8, device="cuda")  # the cap is lifted after
     assert kept.numel() == total // 4
     del kept
