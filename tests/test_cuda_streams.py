@@ -162,3 +162,26 @@ def test_a_batch_handed_out_without_waiting_is_caught() -> None:
     with pytest.raises(InvariantViolation) as caught:
         _batch_reuse_on_a_side_stream(pool, [])
     assert caught.value.invariant == "dirty-read"
+
+
+@cuda
+def test_a_release_leaves_the_callers_stream_and_device_as_they_were() -> None:
+    """The reset switches to the pool's stream and back: the releaser's current stream (the
+    default one, or a side stream it entered) and current device are the same afterwards."""
+    pool = ThreadedBlockPool(2, (64, 64), device="cuda")
+    device = torch.cuda.current_device()
+    default = torch.cuda.current_stream()
+    block = pool.acquire(0)
+    assert block is not None
+    pool.release(block)
+    assert torch.cuda.current_stream() == default and torch.cuda.current_device() == device
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        blocks = pool.acquire_many(2, 0)
+        assert blocks is not None
+        pool.release(blocks[0])
+        pool.release_many(blocks[1:])
+        assert torch.cuda.current_stream() == side
+    assert torch.cuda.current_stream() == default and torch.cuda.current_device() == device
+    torch.cuda.synchronize()
+    assert pool._storage._stream != default

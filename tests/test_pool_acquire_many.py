@@ -184,23 +184,31 @@ def test_tiered_batch_that_cannot_grow_puts_everything_back(monkeypatch: pytest.
 
 
 def test_cuda_hand_out_waits_once_per_reset_event() -> None:
-    """On CUDA a batch reset by one release_many is handed out with one stream wait, not n."""
+    """On CUDA a batch reset by one release_many is handed out with one stream wait, not n; a
+    reset already seen done (its event's ``query``) needs no wait at all."""
     from kvstress.pool._storage import StreamOrderedStorage
 
+    class Event:
+        def __init__(self, done: bool) -> None:
+            self.done = done
+
+        def query(self) -> bool:
+            return self.done
+
     storage = StreamOrderedStorage.__new__(StreamOrderedStorage)
-    first, second = object(), object()
-    storage._ready = {0: first, 1: first, 2: first, 3: second}  # type: ignore[dict-item]
+    first, second, done = Event(False), Event(False), Event(True)
+    storage._ready = {0: first, 1: first, 2: first, 3: second, 4: done}  # type: ignore[dict-item]
+    storage._index = 0
     waited: list[object] = []
 
     class Stream:
         def wait_event(self, event: object) -> None:
             waited.append(event)
 
-    storage.tensor = torch.zeros(4, 1)
     original = torch.cuda.current_stream
     torch.cuda.current_stream = lambda device=None: Stream()  # type: ignore[assignment,return-value]
     try:
-        storage.hand_out_many([0, 1, 2, 3])
+        storage.hand_out_many([0, 1, 2, 3, 4])
     finally:
         torch.cuda.current_stream = original
     assert waited == [first, second] and storage._ready == {}
