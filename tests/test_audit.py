@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -321,6 +322,74 @@ def test_a_release_that_raised_untouched_leaves_the_reference_with_its_holder() 
     assert pool.release(block) is True
     assert [op.outcome for op in pool.history()] == ["ok", "raised", "ok"]
     pool.close()
+
+
+class RacingCallPool(ThreadedBlockPool):
+    """A correct pool with a hook: ``during`` runs inside its retain or mark_in_use, before the
+    call takes effect (``first=True``) or after; the test releases the block there, as another
+    thread's release would land while the call is in flight."""
+
+    during: tuple[str, bool, Any] = ("", True, None)
+
+    def _hooked(self, name: str, block: kvstress.Block, call: Any) -> None:
+        hooked, first, action = self.during
+        if name == hooked and first:
+            action()
+        call(block)
+        if name == hooked and not first:
+            action()
+
+    def retain(self, block: kvstress.Block) -> None:
+        self._hooked("retain", block, super().retain)
+
+    def mark_in_use(self, block: kvstress.Block) -> None:
+        self._hooked("mark_in_use", block, super().mark_in_use)
+
+
+@pytest.mark.parametrize("name", ["retain", "mark_in_use"])
+def test_a_call_that_lands_after_the_last_release_freed_the_block_is_the_callers_race(name: str) -> None:
+    """A holder's retain (or mark) begun while the block was held, reaching the pool just after
+    another holder's last release freed it: the pool refuses it, and the audit names the caller's
+    race (illegal-transition, raised from the pool's error) instead of passing the error on."""
+    pool = RacingCallPool(2, (2,))
+    audit = kvstress.audit(pool)
+    block = take(audit)  # type: ignore[arg-type]
+    pool.during = (name, True, lambda: audit.release(block))
+    with pytest.raises(InvariantViolation, match="raced the release of its last reference") as caught:
+        getattr(audit, name)(block)
+    assert violation_of(caught).invariant == "illegal-transition"
+    assert caught.value.__cause__ is not None  # the pool's own refusal, kept
+    with pytest.raises(InvariantViolation, match="found earlier"):
+        audit.close()
+
+
+def test_a_retain_that_lands_before_the_last_release_is_no_lost_block() -> None:
+    """The other order: the retain reaches the pool first, so the pool rightly keeps the block
+    when the last counted reference goes (its release answers False). The finding is the
+    caller's race, not a lost block blamed on the pool."""
+    pool = RacingCallPool(2, (2,))
+    audit = kvstress.audit(pool)
+    block = take(audit)  # type: ignore[arg-type]
+    answers: list[bool] = []
+    pool.during = ("retain", False, lambda: answers.append(audit.release(block)))
+    with pytest.raises(InvariantViolation, match="raced the release of its last reference") as caught:
+        audit.retain(block)
+    assert violation_of(caught).invariant == "illegal-transition" and answers == [False]
+
+
+def test_a_retain_in_flight_while_the_block_is_still_shared_is_silent() -> None:
+    """A retain in flight while another reference is released (not the last): no finding."""
+    pool = RacingCallPool(2, (2,))
+    audit = kvstress.audit(pool)
+    block = take(audit)  # type: ignore[arg-type]
+    audit.retain(block)
+    answers: list[bool] = []
+    pool.during = ("retain", True, lambda: answers.append(audit.release(block)))
+    audit.retain(block)
+    pool.during = ("", True, None)
+    assert answers == [False]
+    assert audit.release(block) is False and audit.release(block) is True
+    audit.close()
 
 
 class RepeatingAcquirePool(ThreadedBlockPool):

@@ -216,7 +216,14 @@ class AuditCore:
                 f"release of {block} answered True although {describe_lease(lease)} still "
                 "holds references: the pool freed a block still in use (a pool bug)",
             )
-        if lease.refs == 0 and lease.releasing == 0 and lease.answered_true == 0 and not lease.answer_lost:
+        if (
+            lease.refs == 0
+            and lease.releasing == 0
+            and lease.answered_true == 0
+            and not lease.answer_lost
+            and not lease.retaining
+            and not lease.retain_raced
+        ):  # a retain that raced the last release took the reference the pool kept: its finding
             return (
                 "lost-block",
                 f"every reference to {block} was released, but no release answered True: the pool "
@@ -264,6 +271,8 @@ class AuditCore:
         with self._ledger.lock:
             op = self._ledger.begin(holder, name, {"block": lease.block_id})
             if lease.refs > 0:
+                if name == "retain":
+                    lease.retaining += 1
                 return lease, op
             self._ledger.end(op, "raised", "refused: stale handle")
         raise self._stale(lease, holder, name)
@@ -274,6 +283,9 @@ class AuditCore:
         with ledger.lock:
             ledger.end(op, "ok")
             ended = lease.refs <= 0
+            if name == "retain":
+                lease.retaining -= 1
+                lease.retain_raced = lease.retain_raced or ended
             if not ended and name == "retain":
                 lease.refs += 1
                 lease.sharers += (holder,)
@@ -281,13 +293,28 @@ class AuditCore:
                 lease.marked = True
             quiet = None if ledger.in_flight else self._quiet.due()
         if ended:
-            raise self.violation(
-                "illegal-transition",
-                f"{holder}'s {name} of block {lease.block_id} raced the release of its last reference "
-                f"by {lease.ended_by}: {holder} called it without holding a reference (a caller bug)",
-            )
+            raise self._raced_release(lease, holder, name)
         if quiet is not None:
             self._quiet.run(quiet)
+
+    def _use_raised(self, lease: Lease, op: Op, name: str, error: BaseException) -> None:
+        """A retain or mark_in_use that raised: when the lease ended while it ran, the pool
+        refused a block its last reference had just freed, and the caller's race is the finding
+        (raised from the pool's error). Otherwise the error goes on to the caller."""
+        self._failed(op, error)
+        with self._ledger.lock:
+            if name == "retain":
+                lease.retaining -= 1
+            ended = lease.refs <= 0
+        if ended and isinstance(error, Exception):
+            raise self._raced_release(lease, op[1], name) from error
+
+    def _raced_release(self, lease: Lease, holder: str, name: str) -> InvariantViolation:
+        return self.violation(
+            "illegal-transition",
+            f"{holder}'s {name} of block {lease.block_id} raced the release of its last reference "
+            f"by {lease.ended_by}: {holder} called it without holding a reference (a caller bug)",
+        )
 
     # -- shared -------------------------------------------------------------------------------
 

@@ -41,6 +41,8 @@ class Lease:
         "number",
         "refs",
         "releasing",
+        "retain_raced",
+        "retaining",
         "sharers",
         "stack",
         "view",
@@ -59,6 +61,8 @@ class Lease:
         self.ended_by: str | None = None  # who released the last reference
         self.ended_op: int | None = None  # the index of that release in the history
         self.releasing = 0  # release calls in flight
+        self.retaining = 0  # retain calls in flight (begun while the lease was open)
+        self.retain_raced = False  # a retain reached the pool as the last reference went
         self.answered_true = 0  # releases of this lease that answered True
         self.answer_lost = False  # a release raised or was cancelled: its answer is unknown
         self.zero_at_release: bool | None = None  # memory all zero when its last release returned

@@ -84,7 +84,7 @@ class AuditedPool(AuditCore):
         try:
             self.pool.retain(lease.inner)
         except BaseException as error:
-            self._failed(op, error)
+            self._use_raised(lease, op, "retain", error)
             raise
         self._end_use(lease, op, "retain")
 
@@ -94,7 +94,7 @@ class AuditedPool(AuditCore):
         try:
             self.pool.mark_in_use(lease.inner)
         except BaseException as error:
-            self._failed(op, error)
+            self._use_raised(lease, op, "mark_in_use", error)
             raise
         self._end_use(lease, op, "mark_in_use")
 
