@@ -170,3 +170,28 @@ def test_the_flight_record_follows_slices_and_executions() -> None:
     assert record[: _flight.STARTED_US] == [3, _flight.STRATEGY_CODES.index("delay") + 1, 77, 2]
     assert _flight.strategy_of(record[_flight.STRATEGY]) == "delay"
     json.dumps(record)
+
+
+def test_kvstress_failing_in_its_own_code_is_no_finding_against_the_pool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kvstress's own check raises in the child (the pool module breaks it there): exit 3, no
+    report against the pool, the traceback kept in a text file, one line saying whose it is."""
+    status = main(
+        [
+            "fuzz",
+            "--pool",
+            "pools.breaks_kvstress:CorrectPool",
+            "--budget",
+            "20",
+            "--report-dir",
+            str(tmp_path),
+        ]
+    )
+    assert status == 3
+    assert not list(tmp_path.glob("*.json"))
+    (log,) = tmp_path.glob("*-kvstress-internal-error-*.txt")
+    text = log.read_text()
+    assert "TypeError" in text and "check_run" in text and "not the pool" in text
+    err = capsys.readouterr().err
+    assert "internal error, not a finding against the pool: TypeError" in err and str(log) in err

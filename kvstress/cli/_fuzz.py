@@ -2,7 +2,8 @@
 
 Exit 0: none found within the budget. Exit 1: a violation, its report written (a pool that
 kills its fuzzing process is one: ``crash``). Exit 2: bad input (one line), or a run that
-completed no execution. The search runs in child processes under a supervisor
+completed no execution. Exit 3: kvstress failed in its own code (its traceback in a text file
+beside the reports; no finding against the pool). The search runs in child processes under a supervisor
 (``kvstress.fuzz._isolate``): ``--workers N`` runs N of them on distinct seed streams and stops
 them all at the first failure; ``--shard I/N`` takes every N-th stream, for CI matrices.
 """
@@ -17,6 +18,9 @@ from kvstress.cli._logging import configure
 from kvstress.cli._parser import Parser, UsageError
 from kvstress.fuzz import Progress, TargetError, load_target, parse_mix
 from kvstress.fuzz._isolate import Job, Supervised, default_memory_limit, parse_size, supervise
+
+INTERNAL_STATUS = 3
+"""kvstress failed in its own code: no verdict on the pool either way."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
@@ -119,6 +123,13 @@ def _supervised(job: Job, streams: list[int]) -> Supervised:
 
 def _say(result: Supervised, args: argparse.Namespace) -> int:
     outcome = result.outcome
+    if result.death is not None and result.death.internal:
+        print(
+            f"kvstress: internal error, not a finding against the pool: {result.death.internal}; "
+            f"traceback in {result.internal} (a bug in kvstress: please report it)",
+            file=sys.stderr,
+        )
+        return INTERNAL_STATUS
     if outcome.report is not None:
         from kvstress.reports import load_report
 

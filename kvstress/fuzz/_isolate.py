@@ -28,12 +28,15 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvstress import _flight
+from kvstress._blame import InternalError, describe, raised_in_kvstress
+from kvstress.controlled._patch import resolve_modules, source_files
 from kvstress.fuzz._run import FuzzOutcome, Progress
 from kvstress.fuzz._target import FuzzTarget, cwd_entries
 
@@ -41,6 +44,8 @@ OVERSTAY_S = 60.0
 """Seconds a child may run past its budget before the supervisor kills it as hung."""
 STDERR_LINES = 40
 """The child's last stderr lines kept in a crash report."""
+INTERNAL_EXIT = 70  # EX_SOFTWARE: the child ended on an error of kvstress's own code
+INTERNAL_PREFIX = "kvstress: internal error: "
 
 
 def default_memory_limit() -> int | None:
@@ -117,6 +122,14 @@ class Death:
     stderr: tuple[str, ...]
 
     @property
+    def internal(self) -> str:
+        """The one-line error when kvstress's own code ended the child (not the pool), else ""."""
+        if self.exitcode != INTERNAL_EXIT:
+            return ""
+        line = next((line for line in reversed(self.stderr) if line.startswith(INTERNAL_PREFIX)), "")
+        return line[len(INTERNAL_PREFIX) :]
+
+    @property
     def how(self) -> str:
         """``SIGSEGV``, ``exit 3``, or ``hang``: what a reader and ``replay`` compare."""
         if self.exitcode is None:
@@ -135,6 +148,7 @@ class Supervised:
     outcome: FuzzOutcome
     per_worker: list[int] = field(default_factory=list)
     death: Death | None = None
+    internal: Path | None = None  # kvstress's own failure: its traceback, in a text file
 
 
 def supervise(
@@ -212,14 +226,19 @@ def supervise(
     elapsed = time.monotonic() - start
     report = next((Path(r[0]) for r in results.values() if r[0] is not None), None)
     interrupted = interrupted or any(r[3] for r in results.values())
+    internal = None
     if death is not None and write and report is None:
-        report = write_crash_report(job, death)
+        if death.internal:
+            internal = write_internal_log(job, death)
+        else:
+            report = write_crash_report(job, death)
     return Supervised(
         FuzzOutcome(
             executions, operations, elapsed, None, report, interrupted and death is None and report is None
         ),
         per_worker,
         death,
+        internal,
     )
 
 
@@ -317,6 +336,24 @@ def _echo(path: Path) -> None:
         sys.stderr.write(text if text.endswith("\n") else text + "\n")
 
 
+def write_internal_log(job: Job, death: Death) -> Path:
+    """kvstress's own failure in a child (``Death.internal``): no report against the pool, but
+    the traceback kept in ``<report dir>/<time>-kvstress-internal-error-<pid>.txt``."""
+    folder = Path(job.report_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = folder / f"{stamp}-kvstress-internal-error-{os.getpid()}.txt"
+    lines = [
+        f"kvstress failed in its own code, not the pool ({job.spec}): {death.internal}",
+        f"fuzz seed {job.seed}, stream {death.stream}, {death.strategy or 'before the first'} slice "
+        f"{death.slice} (seed {death.slice_seed}), execution {death.execution}",
+        "",
+        *death.stderr,
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 def write_crash_report(job: Job, death: Death) -> Path:
     """The report of a child's death (schema ``kvstress.failure/1``, invariant ``crash``)."""
     from kvstress.reports import versions, write_report
@@ -400,16 +437,27 @@ def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: A
         events.put(("progress", worker, p.elapsed_s, p.budget_s, p.executions, p.operations, p.strategy))
 
     _flight.run_started()
-    outcome = fuzz(
-        target,
-        budget_s=job.budget_s,
-        seed=job.seed,
-        mix=job.mix,
-        report_dir=job.report_dir,
-        stream=stream,
-        stop=stop,
-        on_progress=progress,
-    )
+    try:
+        outcome = fuzz(
+            target,
+            budget_s=job.budget_s,
+            seed=job.seed,
+            mix=job.mix,
+            report_dir=job.report_dir,
+            stream=stream,
+            stop=stop,
+            on_progress=progress,
+        )
+    except Exception as error:
+        files = source_files(resolve_modules(target.pool_modules or (target.factory,)))
+        if isinstance(error, InternalError) or raised_in_kvstress(error, files):
+            # Not the pool's doing: say so in one line after the traceback, and exit with the
+            # status the supervisor reads as kvstress's own failure.
+            traceback.print_exc()
+            cause = error.__cause__ if isinstance(error, InternalError) and error.__cause__ else error
+            print(f"{INTERNAL_PREFIX}{describe(cause)}", file=sys.stderr, flush=True)
+            os._exit(INTERNAL_EXIT)
+        raise
     report = str(outcome.report) if outcome.report is not None else None
     events.put(("done", worker, report, outcome.executions, outcome.operations, outcome.interrupted))
     events.close()

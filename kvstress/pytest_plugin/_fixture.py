@@ -102,6 +102,7 @@ class PoolChecker:
         (about a second). ``isolate=False`` runs it in this process.
         """
         __tracebackhide__ = True  # the failure belongs to the test that called check
+        from kvstress._blame import InternalError
         from kvstress.fuzz import fuzz, load_target, parse_mix
         from kvstress.fuzz._isolate import Job, default_memory_limit, supervise
 
@@ -117,6 +118,11 @@ class PoolChecker:
             result = supervise(replace(job, memory_limit=default_memory_limit()), [0])
             if result.outcome.interrupted:
                 raise KeyboardInterrupt  # pytest must stop too
+            if result.death is not None and result.death.internal:
+                raise InternalError(
+                    f"kvstress failed in its own code, not the pool's: {result.death.internal}; "
+                    f"traceback in {result.internal} (a bug in kvstress: please report it)"
+                )
             if result.outcome.report is not None:
                 raise self._reported(result.outcome.report, run_seed)
             return result.outcome

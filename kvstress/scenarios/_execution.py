@@ -23,6 +23,7 @@ import anyio
 import torch
 
 from kvstress import _flight, checkers
+from kvstress._blame import internal_error, raised_in_kvstress
 from kvstress._checks import check_block_shape, check_num_blocks
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
@@ -38,7 +39,7 @@ from kvstress.controlled import (
 from kvstress.controlled._baton import active_controller
 from kvstress.controlled._coop import Event as CoopEvent
 from kvstress.controlled._coop import sleep as coop_sleep
-from kvstress.controlled._patch import loop_clock, resolve_modules
+from kvstress.controlled._patch import loop_clock, resolve_modules, source_files
 from kvstress.controlled._threads import run_threads
 from kvstress.harness._cpu import watch_stalls
 from kvstress.harness._dump import dump_blocks
@@ -204,11 +205,11 @@ def run_execution(
     except InvariantViolation as violation:
         record.failure = violation
     except BaseExceptionGroup as group:
-        record.failure = as_violation(first_violation(group), record)
+        record.failure = as_violation(first_violation(group), record, config)
     except (SchedulerExhausted, SchedulerMisbehaved):
         raise
     except ControlledLoopError as error:
-        record.failure = as_violation(error, record)
+        record.failure = as_violation(error, record, config)
     if record.failure is None and record.ops is not None:
         record.failure = check_run(config, record.ops)
     if record.failure is not None and record.ops is not None:
@@ -298,12 +299,21 @@ def build_pool(config: ScenarioConfig) -> Any:
         ) from error
 
 
-def as_violation(error: BaseException, record: ExecutionRecord) -> InvariantViolation:
+def as_violation(error: BaseException, record: ExecutionRecord, config: ScenarioConfig) -> InvariantViolation:
     if isinstance(error, InvariantViolation):
         return error
     if isinstance(error, ControlledLoopError):
         return InvariantViolation(_hang_kind(error, record), str(error))
-    return InvariantViolation("crash", f"the execution raised {type(error).__name__}: {error}")
+    return crash_of(error, config, "the execution")
+
+
+def crash_of(error: BaseException, config: ScenarioConfig, what: str) -> InvariantViolation:
+    """The ``crash`` an error escaping ``what`` is, when the pool's code is on its way; raises
+    InternalError when kvstress's own code alone raised it (``kvstress._blame``)."""
+    files = source_files(resolve_modules(config.modules or (config.factory,)))
+    if raised_in_kvstress(error, files):
+        raise internal_error(error) from error
+    return InvariantViolation("crash", f"{what} raised {type(error).__name__}: {error}")
 
 
 def _deferred(op: Operation) -> Operation:

@@ -40,6 +40,7 @@ from kvstress.scenarios._execution import (
     ScenarioOps,
     build_pool,
     check_run,
+    crash_of,
     draw_scenario,
 )
 from kvstress.scenarios._programs import Scenario
@@ -180,7 +181,9 @@ def run_stress_execution(
         record.failure = violation
     except BaseExceptionGroup as group:
         found = first_violation(group)
-        record.failure = found if isinstance(found, InvariantViolation) else _crash(found)
+        if not isinstance(found, InvariantViolation):
+            found = crash_of(found, config, "the run")
+        record.failure = found
     if record.failure is None and record.ops is not None:
         record.failure = check_run(config, record.ops)
     if record.failure is not None and record.ops is not None:
@@ -232,7 +235,8 @@ def _thread_run(
         _let_finish(threads, grace=min(bound, 2.0))
         raise
     if errors:
-        raise errors[0] if isinstance(errors[0], InvariantViolation) else _crash(errors[0])
+        first = errors[0]
+        raise first if isinstance(first, InvariantViolation) else crash_of(first, config, "the run")
     _bounded_finish(ops, timing.hang_bound)
 
 
@@ -327,7 +331,3 @@ def _switching(interval: float | None) -> Iterator[None]:
 
 def _fails_as(record: ExecutionRecord, invariant: str) -> bool:
     return record.failure is not None and record.failure.invariant == invariant
-
-
-def _crash(error: BaseException) -> InvariantViolation:
-    return InvariantViolation("crash", f"the run raised {type(error).__name__}: {error}")
