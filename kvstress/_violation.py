@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,16 +118,41 @@ class InvariantViolation(AssertionError):
         return InvariantViolation(self.invariant, self.message, history, blocks)
 
     def details(self, last: int = 12) -> str:
-        """The message, the last operations and the block table, for a failing test's output."""
+        """The message, the last operations and the block table, for a failing test's output.
+
+        Operations are numbered as messages cite them (``operation 65``); one the message cites
+        that falls before the last ``last`` is shown too, above them."""
         lines = [str(self)]
         ops = [op for op in self.history if op.name != "check"]  # the harness's own reads
         if ops:
-            lines.append(f"last {min(last, len(ops))} of {len(ops)} operations:")
-            lines += [f"  {op.describe()}" for op in ops[-last:]]
+            tail = ops[-last:]
+            cited = {int(n) for n in re.findall(r"\boperations? (\d+)", self.message)}
+            earlier = [op for op in ops[: len(ops) - len(tail)] if op.index in cited]
+            lines.append(
+                f"last {len(tail)} of {len(ops)} operations" + (", and those cited:" if earlier else ":")
+            )
+            lines += [f"  #{op.index} {op.describe()}" for op in (*earlier, *tail)]
         if self.blocks:
-            lines.append("blocks:")
-            for b in self.blocks:
+            shown, total = self.blocks, len(self.blocks)
+            if total > _BLOCK_ROWS:  # a big pool: the blocks that are not plainly free
+                shown = tuple(b for b in shown if not _plainly_free(b))[:_BLOCK_ROWS]
+            left_out = f" ({len(shown)} of {total}: the first not plainly free)" if len(shown) < total else ""
+            lines.append(f"blocks{left_out}:")
+            for b in shown:
                 queued = {True: "queued", False: "-", None: "?"}[b.in_free_queue]
                 held = ",".join(b.holders) or "-"
                 lines.append(f"  {b.id:>4} {b.state:<10} ref={b.refcount!s:<4} {queued:<6} held by {held}")
         return "\n".join(lines)
+
+
+_BLOCK_ROWS = 16
+"""Block rows ``details`` shows at most for a big pool."""
+
+
+def _plainly_free(block: BlockRecord) -> bool:
+    return (
+        block.state == "FREE"
+        and block.in_free_queue is True
+        and not block.holders
+        and (block.expected_state in (None, "FREE"))
+    )

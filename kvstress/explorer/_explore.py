@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kvstress._violation import InvariantViolation
 from kvstress.explorer._run import Outcome, check_backend, search
 from kvstress.explorer._strategies import (
     check_schedules,
@@ -107,5 +108,8 @@ def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay
     failure = outcome.failure
     if failure is None:
         raise RuntimeError("raise_failure called for an outcome that did not fail")
+    if isinstance(failure, InvariantViolation) and failure.history:
+        # No report file for an explored test: its history and blocks go into the failure itself.
+        failure.add_note("\n".join(failure.details().splitlines()[1:]))
     failure.add_note(failure_note(outcome, strategy, seed, limit, replay_hint))
     raise failure
