@@ -6,6 +6,7 @@ CPU tests pin that nothing of it costs the CPU path.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -185,3 +186,37 @@ def test_a_release_leaves_the_callers_stream_and_device_as_they_were() -> None:
     assert torch.cuda.current_stream() == default and torch.cuda.current_device() == device
     torch.cuda.synchronize()
     assert pool._storage._stream != default
+
+
+@cuda
+def test_a_scattered_release_many_does_not_wait_for_the_gpu() -> None:
+    """A table freed in any order (ids not one run) is reset by an indexed fill whose ids go to
+    the device: the host must not wait for the releaser's queued work to finish meanwhile."""
+    pool = ThreadedBlockPool(8, (256, 256), device="cuda")
+    blocks = [pool.acquire(0) for _ in range(8)]
+    # Once first, untimed: the first launch of a kernel loads it (CUDA's lazy loading), which
+    # may wait for the device.
+    pool.release_many([blocks[i] for i in (7, 2)])  # type: ignore[misc]
+    blocks[7], blocks[2] = pool.acquire(0), pool.acquire(0)
+    scattered = [blocks[i] for i in (6, 1, 4)]
+    for block in scattered:
+        assert block is not None
+        block.data.fill_(5.0)
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(SLOW_RESET_CYCLES)  # the releaser's work still queued: about 0.1 s
+    end = torch.cuda.Event(enable_timing=True)
+    end.record()
+    host = time.perf_counter()
+    pool.release_many(scattered)  # type: ignore[arg-type]
+    host = time.perf_counter() - host
+    torch.cuda.synchronize()
+    queued = start.elapsed_time(end) / 1000
+    assert host < queued / 4, (host, queued)
+    with torch.cuda.stream(torch.cuda.Stream()):
+        for _ in range(3):
+            block = pool.acquire(0)
+            assert block is not None
+            check_zeroed(block.id, block.data)
+    torch.cuda.synchronize()

@@ -205,5 +205,11 @@ def _zero_many(tensor: torch.Tensor, block_ids: list[int]) -> None:
     if last - first + 1 == len(block_ids) and len(set(block_ids)) == len(block_ids):
         tensor[first : last + 1].zero_()
     else:
-        index = torch.tensor(block_ids, dtype=torch.long, device=tensor.device)
+        index = torch.tensor(block_ids, dtype=torch.long)
+        if tensor.is_cuda:
+            # From pageable memory, torch's copy waits for the stream's queued work (on the pool's
+            # stream that includes the releaser's, which the reset waits for): the host would
+            # stall until the GPU caught up. Pinned and non-blocking, it goes on at once (torch
+            # keeps the pinned buffer until the copy is done).
+            index = index.pin_memory().to(tensor.device, non_blocking=True)
         tensor.index_fill_(0, index, 0)
