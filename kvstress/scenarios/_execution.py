@@ -351,12 +351,15 @@ def check_run(config: ScenarioConfig, ops: ScenarioOps) -> InvariantViolation | 
     if result.status != "violation":
         return None
     witness = [history[i] for i in result.witness if i < len(history)]
+    why = ""
     if result.block is None:
         timed = any(op.name == "acquire" and (op.args.get("timeout") or 0) > 0 for op in witness)
         invariant = "lost-wakeup" if timed else "lost-block"
+        # The same history fault, named by what was refused: a waiter, or a try-once.
+        why = " (a waiting acquire gave up: lost-wakeup)" if timed else " (a try-once refused: lost-block)"
     else:
         acquires = sum(op.name == "acquire" and op.result == result.block for op in witness)
         invariant = "shared-block" if acquires >= 2 else "lost-block"
     return InvariantViolation(
-        invariant, f"the history is not linearizable: {result.message}", history=tuple(history)
+        invariant, f"the history is not linearizable{why}: {result.message}", history=tuple(history)
     )
