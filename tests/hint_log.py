@@ -19,3 +19,16 @@ class HintLog(DelayBoundedScheduler):
     def next_task(self, runnable: Sequence[int], current: int | None) -> int:
         self.hints.append(self.woken)
         return super().next_task(runnable, current)
+
+
+class WarmLog(DelayBoundedScheduler):
+    """HintLog's twin for the warm hint: the plain run, recording whether each decision it is
+    asked was marked warm (the first after a thread published)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.warms: list[bool] = []
+
+    def next_task(self, runnable: Sequence[int], current: int | None) -> int:
+        self.warms.append(self.warm)
+        return super().next_task(runnable, current)

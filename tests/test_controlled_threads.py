@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from hint_log import HintLog
+from hint_log import HintLog, WarmLog
 
 from kvstress.controlled import (
     SchedulerExhausted,
@@ -842,8 +842,8 @@ def test_a_park_closes_a_window_from_the_check_before_it() -> None:
     assert hot_lines(acquire) == frozenset()
     first = on_event.co_firstlineno
     assert park_lines(on_event) == {first + 2, first + 3}
-    assert ThreadController(DelayBoundedScheduler())._parks_hot
-    assert not ThreadController(PCTScheduler(seed=0))._parks_hot
+    assert ThreadController(DelayBoundedScheduler())._broad_hints
+    assert not ThreadController(PCTScheduler(seed=0))._broad_hints
 
 
 def test_pct_spends_one_change_point_among_hot_decisions() -> None:
@@ -1120,6 +1120,46 @@ def test_the_baton_tells_a_woken_thread_but_not_a_started_one() -> None:
 
     controller.run(main)
     assert [hint for hint in log.hints if hint is not None] == [1]  # after the release only
+
+
+def test_a_publication_makes_the_next_decision_warm_for_the_delay_strategy_only() -> None:
+    """A lock released (a semaphore, an event set: what another thread may now act on) marks
+    the next decision warm for a scheduler that takes broad hints (delay), once; PCT, whose one
+    hinted change point would be spread thin, is told nothing."""
+
+    def main(controller: ThreadController) -> None:
+        def other() -> None:
+            for _ in range(6):
+                controller.yield_point()
+
+        lock = _coop.Lock()
+        _coop.Thread(target=other, name="other").start()
+        controller.yield_point()  # nothing published yet
+        lock.acquire()
+        lock.release()
+        controller.yield_point()  # the decision after the release
+        controller.yield_point()
+
+    log = WarmLog()
+    controller = ThreadController(log)
+    controller.run(functools.partial(main, controller))
+    # The start, the first yield, the lock's acquire; then the decision after the release, once.
+    assert log.warms[:5] == [False, False, False, True, False]
+
+    class Pct(PCTScheduler):
+        def __init__(self) -> None:
+            super().__init__(seed=0)
+            self.hots: list[bool] = []
+
+        def next_task(self, runnable: Sequence[int], current: int | None) -> int:
+            self.hots.append(self.hot)
+            return super().next_task(runnable, current)
+
+    pct = Pct()
+    assert pct.new_execution()
+    controller = ThreadController(pct)
+    controller.run(functools.partial(main, controller))
+    assert pct.hots and not any(pct.hots) and not hasattr(pct, "warm")
 
 
 class _Finalized:

@@ -208,7 +208,9 @@ class ThreadController:
         self._tracers: dict[CodeType, Callable[[FrameType, str, object], Any]] = {}
         self.hot = False  # the scheduling point being passed is inside a lost-update window
         self._hints = hasattr(scheduler, "hot")  # the scheduler takes the hint (PCT)
-        self._parks_hot = bool(getattr(scheduler, "parks_are_hot", False))  # and parks too (delay)
+        # And parks and publications too (delay): see ``published``.
+        self._broad_hints = bool(getattr(scheduler, "broad_hints", False))
+        self._published = False  # a thread released a lock, a semaphore or set an event since
         self._tells_woken = hasattr(scheduler, "woken")  # and the task just woken (delay)
         self._was_runnable: list[int] = []
         self._was_known = 0  # threads started by the decision before (a new one is not woken)
@@ -277,6 +279,13 @@ class ThreadController:
         if nxt is not None and nxt is not me:
             self._handoff(me, nxt)
         return not me.timed_out
+
+    def published(self) -> None:
+        """A thread released a lock or a semaphore, or set an event: for a scheduler that takes
+        broad hints (``broad_hints``), the next decision is warm (its ``warm``). Between two
+        critical sections of one thread, a check made in the first goes stale before the second
+        acts on it."""
+        self._published = self._broad_hints
 
     def wake(self, thread: ControlledThread) -> None:
         """Make a blocked thread runnable again (it runs when the scheduler picks it)."""
@@ -461,6 +470,7 @@ class ThreadController:
         sleepers = self._sleepers() if self._fires_timers else []
         choices = sorted(runnable + sleepers) if sleepers else runnable
         hot, self.hot = self.hot, False
+        warm, self._published = self._published, False
         if self._tells_woken:
             was, self._was_runnable, woken = self._was_runnable, runnable, None
             known, self._was_known = self._was_known, len(self.threads)
@@ -472,6 +482,8 @@ class ThreadController:
             return self.threads[choices[0]]
         if self._hints:
             self.scheduler.hot = hot  # type: ignore[attr-defined]
+        if self._broad_hints:
+            self.scheduler.warm = warm  # type: ignore[attr-defined]
         if self._tells_woken:
             self.scheduler.woken = woken  # type: ignore[attr-defined]
         starved = self._starved
@@ -641,9 +653,9 @@ class ThreadController:
     def _tracer_for(self, code: CodeType) -> Callable[[FrameType, str, object], Any]:
         """The local trace function for ``code``: a point at each line, and at each
         read-modify-write store; points inside a lost-update window are marked hot, and inside
-        a check-then-park window too for a scheduler that asks (``parks_are_hot``)."""
+        a check-then-park window too for a scheduler that asks (``broad_hints``)."""
         points, hot = rmw_points(code), hot_lines(code)
-        if self._parks_hot:
+        if self._broad_hints:
             hot = hot | park_lines(code)
         quiet = quiet_lines(code)
         if not points and not hot and not quiet:

@@ -71,6 +71,7 @@ class _Primitive:
         if controller is not None:
             for thread in waiters:
                 controller.wake(thread)
+            controller.published()
 
     def __repr__(self) -> str:
         return f"<cooperative {self.describe()}>"

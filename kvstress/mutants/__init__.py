@@ -58,6 +58,10 @@ from kvstress.mutants._mutants_condvar import PreferredBlockPool as PreferredBlo
 from kvstress.mutants._mutants_condvar import ResetAfterOfferPool as ResetAfterOfferPool
 from kvstress.mutants._mutants_condvar import RetainLostUpdatePool as RetainLostUpdatePool
 from kvstress.mutants._mutants_condvar import SilentReleasePool as SilentReleasePool
+from kvstress.mutants._mutants_on_demand import LazyQueueMadeCountRacePool as LazyQueueMadeCountRacePool
+from kvstress.mutants._mutants_on_demand import LazyQueueMakerQueuesPool as LazyQueueMakerQueuesPool
+from kvstress.mutants._mutants_on_demand import MakerAsksOncePool as MakerAsksOncePool
+from kvstress.mutants._mutants_on_demand import MakerSkipsIdlePool as MakerSkipsIdlePool
 from kvstress.mutants._mutants_ordinary import (
     AnyioConditionNotifyWhenEmptyPool as AnyioConditionNotifyWhenEmptyPool,
 )
@@ -115,6 +119,8 @@ from kvstress.mutants._mutants_sharded import ShardedNotifyBeforeListPool as Sha
 from kvstress.mutants._mutants_sharded import ShardedScanThenParkPool as ShardedScanThenParkPool
 from kvstress.mutants._mutants_treiber import TreiberLinkAfterPublishPool as TreiberLinkAfterPublishPool
 from kvstress.mutants._mutants_treiber import TreiberPointerCasPool as TreiberPointerCasPool
+from kvstress.mutants._on_demand_pools import LazyQueuePool as LazyQueuePool
+from kvstress.mutants._on_demand_pools import MakerThreadPool as MakerThreadPool
 from kvstress.mutants._ordinary_anyio import AnyioCapacityLimiterPool as AnyioCapacityLimiterPool
 from kvstress.mutants._ordinary_anyio import AnyioConditionPool as AnyioConditionPool
 from kvstress.mutants._ordinary_anyio import AnyioSemaphorePool as AnyioSemaphorePool

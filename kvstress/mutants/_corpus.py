@@ -51,6 +51,12 @@ from kvstress.mutants._mutants_condvar import (
     RetainLostUpdatePool,
     SilentReleasePool,
 )
+from kvstress.mutants._mutants_on_demand import (
+    LazyQueueMadeCountRacePool,
+    LazyQueueMakerQueuesPool,
+    MakerAsksOncePool,
+    MakerSkipsIdlePool,
+)
 from kvstress.mutants._mutants_ordinary import (
     AnyioConditionNotifyWhenEmptyPool,
     AnyioLimiterPerTaskPool,
@@ -93,6 +99,7 @@ from kvstress.mutants._mutants_sharded import (
     ShardedScanThenParkPool,
 )
 from kvstress.mutants._mutants_treiber import TreiberLinkAfterPublishPool, TreiberPointerCasPool
+from kvstress.mutants._on_demand_pools import LazyQueuePool, MakerThreadPool
 from kvstress.mutants._ordinary_anyio import (
     AnyioCapacityLimiterPool,
     AnyioConditionPool,
@@ -160,6 +167,9 @@ ORDINARY_POOLS: tuple[type, ...] = (
     HousekeepingThreadPool,
     DeferredResetThreadPool,
     ExecutorResetThreadPool,
+    # blocks made on demand: inline, or by a maker thread
+    LazyQueuePool,
+    MakerThreadPool,
 )
 """Correct pools written the way developers write them, each on one standard primitive."""
 
@@ -261,6 +271,11 @@ MUTANTS: tuple[type, ...] = (
     ExecutorResetUnlockedOfferPool,
     DeferredResetOfferFirstTaskPool,
     AsyncPollingUncappedPool,
+    # blocks made on demand (LazyQueuePool, MakerThreadPool)
+    LazyQueueMakerQueuesPool,
+    LazyQueueMadeCountRacePool,
+    MakerSkipsIdlePool,
+    MakerAsksOncePool,
     # acquire_many (CondvarBatchPool, AsyncFifoBatchPool)
     BatchPartialGrantLeakPool,
     BatchShortGrantPool,

@@ -10,6 +10,10 @@ from the protocol alone, not from any pool's code:
   guard checked apart from the change it guards: both pass, the block is queued twice);
 - a share (retain) races a sharer's release of the same block;
 - two acquirers race for the last free block (check-then-take, counter updates);
+- two waiting acquirers arrive at a fresh pool at once, each keeping its block (a pool that
+  creates its blocks on demand, inline or by a worker thread of its own, must create one for
+  each: a block made by one acquirer and taken by the other, a creation skipped because the
+  last one's block looks idle, leaves a waiter beside a block never made);
 - releases come back to a waiter parked in acquire (wake-ups, reset before offer);
 - an acquirer arrives as the blocks come back (a check outside the lock a wait releases);
 - two waiters, releases in a row (a notify that wakes one where two could go);
@@ -55,6 +59,8 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
             [wait, ("release", None)],
         ),
         _of([*take_all, ("release", None)], [("acquire", 0.0)]),
+        _of([waiter], [waiter]),
+        _of([waiter], [("acquire", 0.0)]),
         _of([*take_all, ("sleep", SETTLE), *give_all], [waiter, ("release", None)]),
         _of([*take_all, ("sleep", SETTLE), *give_all], [("sleep", SETTLE), waiter, ("release", None)]),
         # Two waiters parked (on virtual time past the wake-up bound, so one left beside a free

@@ -11,7 +11,9 @@ candidate for one more delay, and candidates are run best first:
 
 - a delay at a *hot* decision (the controller's hint: a switch inside a lost-update window,
   after a line read an attribute and before the line that stores it, or inside a
-  check-then-park window, before a ``wait``) comes before any other;
+  check-then-park window, before a ``wait``) comes before any other; a delay at a *warm*
+  decision (the first after a thread published: released a lock or a semaphore, set an event)
+  is not counted cold, and ranks after hot ones at equal count of delays;
 - among the rest, fewer delays before more, and earlier decisions before later ones;
 - at equal rank, a delay inside the run of a task just woken (its first ``WAKE_WINDOW``
   decisions while it runs on) comes first: the hand-off, where a woken waiter is preempted as
@@ -64,9 +66,15 @@ class DelayBoundedScheduler(SchedulerBase):
     """
 
     name = "delay"
-    parks_are_hot = True
-    """Asks the thread controller to mark check-then-park windows hot as well (``park_lines``):
-    here a hot decision ranks plans, where PCT would spread its one hinted change point."""
+    broad_hints = True
+    """Asks the thread controller for more hints than the lost-update windows: the
+    check-then-park windows (``park_lines``) as hot decisions, and, as warm ones (``warm``), the
+    first decision after a thread published (released a lock or a semaphore, set an event),
+    where a check made in one critical section and acted on in the next goes stale (a block made
+    for the caller and put in the shared queue, taken by another thread before the caller takes
+    it back out). Here a hint ranks plans, where PCT would spread its one hinted change point.
+    Every lock release publishes, so warm delays rank after hot ones: as hot, they took the
+    one-delay lost updates two to five times the runs (``RetainLostUpdatePool`` 74 to 182)."""
 
     def __init__(self, bound: int = 2, seed: int = 0, *, woken_first: bool = False) -> None:
         if type(bound) is not int or bound < 0:
@@ -75,25 +83,31 @@ class DelayBoundedScheduler(SchedulerBase):
         self.bound = bound
         self.executions = 0
         self.hot = False  # set by a controller that gives hints, before a decision (see PCT)
+        self.warm = False
+        """Set by a controller that gives broad hints, before a decision: the first after a
+        thread published (released a lock or a semaphore, set an event). A delay there ranks
+        after one at a hot decision and before a cold one, at equal count of delays."""
         self.woken: int | None = None
         """Set by a controller that tells it, before a decision: a task that was not runnable at
         the decision before, woken by the one that ran (``woken_first`` runs it next)."""
-        # (cold delays, delays, delays far from a wake-up, base, order, plan); the plan is
-        # {decision index: task}, base _WOKEN_FIRST or _WAKER_GOES_ON; order breaks ties FIFO.
+        # (cold delays, delays, warm delays, delays far from a wake-up, base, order, plan); the
+        # plan is {decision index: task}, base _WOKEN_FIRST or _WAKER_GOES_ON; order breaks ties
+        # FIFO. A warm delay is not cold: it may run in a round of hot plans, after them.
         bases = (_WOKEN_FIRST, _WAKER_GOES_ON) if woken_first else (_WAKER_GOES_ON,)
-        self._queue: list[tuple[int, int, int, int, int, tuple[tuple[int, int], ...]]] = [
-            (0, 0, 0, base, order, ()) for order, base in enumerate(bases)
+        self._queue: list[tuple[int, int, int, int, int, int, tuple[tuple[int, int], ...]]] = [
+            (0, 0, 0, 0, base, order, ()) for order, base in enumerate(bases)
         ]
         self._pushed = len(bases)
         self._base = _WAKER_GOES_ON
         self._plan: dict[int, int] = {}
         self._last = -1  # the plan's latest delay
         self._cold = 0
+        self._warm = 0
         self._far = 0
         self._waking: int | None = None  # the task woken last, while it runs on since
         self._since_wake = 0  # its decisions since
-        # This execution's decisions: (runnable, the default choice, hot, near a wake-up).
-        self._trace: list[tuple[tuple[int, ...], int, bool, bool]] | None = []
+        # This execution's decisions: (runnable, the default choice, hot, warm, near a wake-up).
+        self._trace: list[tuple[tuple[int, ...], int, bool, bool, bool]] | None = []
         self._exhausted = False
         self._mattered = False  # whether this execution's base changed a choice
         self._bases_twinned = woken_first  # two bases, whose runs may be one
@@ -125,8 +139,8 @@ class DelayBoundedScheduler(SchedulerBase):
             self._expand()
             self._trace = None  # expanded: a refused call below must not expand it again
         queue = self._queue
-        while queue and queue[0][3] == _WAKER_GOES_ON and queue[0][5] in self._twins:
-            self._twins.discard(heapq.heappop(queue)[5])  # run already, from the other base
+        while queue and queue[0][4] == _WAKER_GOES_ON and queue[0][6] in self._twins:
+            self._twins.discard(heapq.heappop(queue)[6])  # run already, from the other base
         if not queue:
             self._exhausted = True
             return False
@@ -135,7 +149,7 @@ class DelayBoundedScheduler(SchedulerBase):
             self.max_delays is not None and delays > self.max_delays
         ):
             return False
-        self._cold, _, self._far, self._base, _, plan = heapq.heappop(self._queue)
+        self._cold, _, self._warm, self._far, self._base, _, plan = heapq.heappop(self._queue)
         self._waking = None
         if self._base == _WAKER_GOES_ON:
             self._waiting.discard(plan)
@@ -143,7 +157,7 @@ class DelayBoundedScheduler(SchedulerBase):
         self._last = max(self._plan, default=-1)
         self._trace = []
         self._mattered = False
-        self.hot = False
+        self.hot = self.warm = False
         self.executions += 1
         return True
 
@@ -152,6 +166,7 @@ class DelayBoundedScheduler(SchedulerBase):
 
     def _pick(self, runnable: Sequence[int], current: int | None) -> int:
         hot, self.hot = self.hot, False
+        warm, self.warm = self.warm and not hot, False
         woken, self.woken = self.woken, None
         default = current if current is not None and current in runnable else runnable[0]
         planned = self._plan.get(len(self._trace or ()), -1)
@@ -170,7 +185,7 @@ class DelayBoundedScheduler(SchedulerBase):
             self._waking = None
         near = self._waking is not None and self._since_wake < WAKE_WINDOW
         self._since_wake += 1
-        trace.append((tuple(runnable), default, hot, near))
+        trace.append((tuple(runnable), default, hot, warm, near))
         return chosen
 
     def _expand(self) -> None:
@@ -190,15 +205,18 @@ class DelayBoundedScheduler(SchedulerBase):
             return
         full = len(self._queue) >= MAX_PLANS
         for at in range(self._last + 1, len(trace)):
-            runnable, default, hot, near = trace[at]
-            cold, far = self._cold + (not hot), self._far + (not near)
+            runnable, default, hot, warm, near = trace[at]
+            cold, far = self._cold + (not hot and not warm), self._far + (not near)
+            warmth = self._warm + warm
             if full and cold:
                 continue
             for task in runnable:
                 if task != default:
                     plan = (*base, (at, task))
                     for which in bases:
-                        heapq.heappush(self._queue, (cold, delays + 1, far, which, self._pushed, plan))
+                        heapq.heappush(
+                            self._queue, (cold, delays + 1, warmth, far, which, self._pushed, plan)
+                        )
                         self._pushed += 1
                         if which == _WAKER_GOES_ON and self._bases_twinned:
                             self._waiting.add(plan)
