@@ -151,6 +151,26 @@ def test_a_factory_missing_the_protocol_is_a_usage_error(tmp_path: Path) -> None
     assert "lacks the protocol's mark_in_use, retain, release, free_count, free_ids" in done.stderr
 
 
+def test_a_coroutine_where_the_protocol_makes_a_plain_call_is_a_usage_error(tmp_path: Path) -> None:
+    """An async pool whose retain is ``async def`` (the harness would never await it), or a
+    threaded pool whose release is: exit 2, one line naming the calls, not a finding."""
+    (tmp_path / "flavours.py").write_text(
+        "from kvstress.mutants import AsyncConditionPool, CondvarPool\n"
+        "class AsyncRetain(AsyncConditionPool):\n"
+        "    async def retain(self, block):\n        super().retain(block)\n"
+        "class ThreadedAsyncRelease(CondvarPool):\n"
+        "    async def release(self, block):\n        return super().release(block)\n"
+    )
+    for spec, says in (
+        ("flavours:AsyncRetain", "built an async pool (acquire is a coroutine) whose retain must be plain"),
+        ("flavours:ThreadedAsyncRelease", "built a threaded pool whose release must be plain"),
+    ):
+        done = kvstress("fuzz", "--pool", spec, "--budget", "1", cwd=tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize(
     ("content", "says"),
     [

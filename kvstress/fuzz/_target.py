@@ -92,11 +92,29 @@ def load_target(
             f"{spec} built a {type(pool).__name__}, which lacks the protocol's {', '.join(missing)}"
         )
     is_async = inspect.iscoroutinefunction(pool.acquire)
+    _check_plain_calls(spec, pool, is_async)
     if is_async:
         _check_backend(spec, factory, blocks, shape, backend)
     roots = resolve_modules((type(pool), factory))
     pool_modules = tuple(module.__name__ for module in (*roots, *reached_modules(roots)))
     return FuzzTarget(spec, factory, is_async, blocks, shape, backend, pool_modules)
+
+
+PLAIN_CALLS = ("mark_in_use", "retain", "free_count", "free_ids")
+"""Plain calls in both flavours: the harness calls them and never awaits what they return."""
+
+
+def _check_plain_calls(spec: str, pool: Any, is_async: bool) -> None:
+    """A coroutine function where the harness makes a plain call (``retain`` on an async pool,
+    ``release`` on a threaded one) would never run: a setup error, not the pool's finding."""
+    plain = PLAIN_CALLS if is_async else (*PLAIN_CALLS, "release")
+    wrong = [name for name in plain if inspect.iscoroutinefunction(getattr(pool, name))]
+    if wrong:
+        flavour = "an async pool (acquire is a coroutine)" if is_async else "a threaded pool"
+        raise TargetError(
+            f"{spec} built {flavour} whose {', '.join(wrong)} must be plain calls, not async def: "
+            "the harness calls them without await (see docs/protocol.md)"
+        )
 
 
 def _check_backend(
