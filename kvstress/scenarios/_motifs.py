@@ -10,10 +10,11 @@ from the protocol alone, not from any pool's code:
   guard checked apart from the change it guards: both pass, the block is queued twice);
 - a share (retain) races a sharer's release of the same block;
 - two acquirers race for the last free block (check-then-take, counter updates);
-- two waiting acquirers arrive at a fresh pool at once, each keeping its block (a pool that
-  creates its blocks on demand, inline or by a worker thread of its own, must create one for
-  each: a block made by one acquirer and taken by the other, a creation skipped because the
-  last one's block looks idle, leaves a waiter beside a block never made);
+- two waiting acquirers arrive at a fresh pool at once, each keeping its block, and a waiter
+  beside a try-once there (a pool that creates its blocks on demand, inline or by a worker
+  thread of its own, must create one for each: a block made by one acquirer and taken by the
+  other, a creation skipped because the last one's block looks idle, a waiter that does not ask
+  again when a try-once took the block made for it, leaves a waiter beside a block never made);
 - releases come back to a waiter parked in acquire (wake-ups, reset before offer);
 - an acquirer arrives as the blocks come back (a check outside the lock a wait releases);
 - two waiters, releases in a row (a notify that wakes one where two could go);
