@@ -1,8 +1,9 @@
 """The harness's own speed: executions, operations and scheduling decisions per second, per strategy.
 
-Run from the repository root: ``python benchmarks/bench_harness.py`` (under a minute). Each
+Run from the repository root: ``python benchmarks/bench_harness.py`` (about two minutes). Each
 strategy runs alone, as one fuzzing slice of ``SECONDS`` on a correct pool (so nothing stops it
-early), threads and asyncio. Decisions/s counts the controlled schedulers' answers (a
+early), threads and asyncio; the two polling designs' controlled executions/s are then printed
+against ThreadedBlockPool's, from the same run. Decisions/s counts the controlled schedulers' answers (a
 ``MetricsScheduler`` around the same scheduler the fuzzer uses). Time to detect, per strategy, on
 the planted-bug corpus is ``kvstress mutants --compare`` (its table is in docs/measurements.md).
 """
@@ -22,7 +23,14 @@ from kvstress.scenarios import search  # noqa: E402
 from kvstress.schedulers import MetricsScheduler, PCTScheduler, RandomScheduler  # noqa: E402
 
 SECONDS = 3.0
-POOLS = ("kvstress:ThreadedBlockPool", "kvstress:AsyncBlockPool")
+POOLS = (
+    "kvstress:ThreadedBlockPool",
+    "kvstress.mutants:PollingCasPool",  # the seed's design: a poll with backoff, CAS per block
+    "kvstress.mutants:ThreadPollingPool",  # the ordinary-way poll: a lock, a deque, backoff
+    "kvstress:AsyncBlockPool",
+)
+BASELINE = "ThreadedBlockPool"
+CONTROLLED = ("delay", "pct", "random")
 
 
 def decisions_per_second(spec: str, strategy: str) -> float | None:
@@ -39,6 +47,7 @@ def decisions_per_second(spec: str, strategy: str) -> float | None:
 def main() -> None:
     print(f"Each strategy alone for {SECONDS:g} s on a correct pool (2 blocks, 3 workers x 5 steps)\n")
     print(f"{'pool':<20} {'strategy':<9} {'executions/s':>13} {'operations/s':>13} {'decisions/s':>12}")
+    rates: dict[tuple[str, str], float] = {}
     for spec in POOLS:
         target = load_target(spec)
         for strategy in STRATEGIES:
@@ -50,7 +59,16 @@ def main() -> None:
             # The machine's executions are Hypothesis examples; it does not count operations.
             operations = "-" if strategy == "machine" else f"{result.operations / took:,.0f}"
             name = spec.split(":")[1]
+            rates[name, strategy] = result.executions / took
             print(f"{name:<20} {strategy:<9} {result.executions / took:>13,.0f} {operations:>13} {shown:>12}")
+    print(f"\nControlled executions/s against {BASELINE}'s, in this run (target for polling: >= 0.75x)")
+    print(f"{'pool':<20} " + " ".join(f"{strategy:>9}" for strategy in CONTROLLED))
+    for spec in POOLS:
+        name = spec.split(":")[1]
+        if name == BASELINE or "Async" in name:
+            continue
+        ratios = (rates[name, strategy] / max(rates[BASELINE, strategy], 1e-9) for strategy in CONTROLLED)
+        print(f"{name:<20} " + " ".join(f"{ratio:>8.2f}x" for ratio in ratios))
 
 
 if __name__ == "__main__":
