@@ -189,10 +189,10 @@ def test_a_delay_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None
 
 
 def test_motifs_cover_the_protocol_pairs_and_grow_with_the_pool() -> None:
-    """Ten motifs for threads, twelve with cancellation for async; on real time the two whose
-    waiters park for a second of virtual time are left out; a larger pool is drained."""
-    assert len(motifs(2, False)) == 10 and len(motifs(2, True)) == 12
-    assert len(motifs(2, False, virtual=False)) == 9 and len(motifs(2, True, virtual=False)) == 10
+    """Twelve motifs for threads, fourteen with cancellation for async; on real time the ones
+    whose waiters park for a second of virtual time are left out; a larger pool is drained."""
+    assert len(motifs(2, False)) == 12 and len(motifs(2, True)) == 14
+    assert len(motifs(2, False, virtual=False)) == 11 and len(motifs(2, True, virtual=False)) == 12
     assert any(len(program) == 5 + 4 for m in motifs(4, False) for program in m.programs)
 
 
@@ -229,7 +229,7 @@ def test_a_waiter_that_parks_without_looking_again_falls_to_a_hot_delay() -> Non
     park is hot for the delay strategy, so the arrival motif finds it among its first one-delay
     plans (376 runs of the motif when only lost-update windows were hot)."""
     target = _target("ShardedScanThenParkPool")
-    arrival = motifs(target.num_blocks, target.is_async)[5]
+    arrival = motifs(target.num_blocks, target.is_async)[7]
     assert arrival.programs[1][0][0] == "sleep"  # the acquirer that arrives as blocks come back
     found = search(
         replace(scenario_config(target), scenario=arrival),
