@@ -3,18 +3,18 @@
 A drawn scenario lines up two calls on one block only now and then; these programs do it every
 time, and are small enough that every interleaving with one or two delays can be run
 (``DelayBoundedScheduler``). They are the short tests a developer writes for a pool, derived
-from the protocol alone, not from any pool's code:
+from the protocol alone, not from any pool's code, the shortest first:
 
-- two holders of one shared block release it together (refcount, zero test, double offer);
-- a double release through the same handle races the holder's own release (a double-release
-  guard checked apart from the change it guards: both pass, the block is queued twice);
-- a share (retain) races a sharer's release of the same block;
-- two acquirers race for the last free block (check-then-take, counter updates);
 - two waiting acquirers arrive at a fresh pool at once, each keeping its block, and a waiter
   beside a try-once there (a pool that creates its blocks on demand, inline or by a worker
   thread of its own, must create one for each: a block made by one acquirer and taken by the
   other, a creation skipped because the last one's block looks idle, a waiter that does not ask
   again when a try-once took the block made for it, leaves a waiter beside a block never made);
+- two holders of one shared block release it together (refcount, zero test, double offer);
+- a double release through the same handle races the holder's own release (a double-release
+  guard checked apart from the change it guards: both pass, the block is queued twice);
+- a share (retain) races a sharer's release of the same block;
+- two acquirers race for the last free block (check-then-take, counter updates);
 - releases come back to a waiter parked in acquire (wake-ups, reset before offer);
 - an acquirer arrives as the blocks come back (a check outside the lock a wait releases);
 - two waiters, releases in a row (a notify that wakes one where two could go);
@@ -51,6 +51,9 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
     waiter: Step = ("acquire", HANDOFF_WAIT)
     parked: list[Step] = [("sleep", SETTLE / 2), ("acquire", PARKED_WAIT)]
     found = [
+        # One call each, at a fresh pool: the shortest runs, first.
+        _of([waiter], [waiter]),
+        _of([waiter], [("acquire", 0.0)]),
         _of([("acquire", 0.0), ("share", 1), ("release", None)], [wait, ("release", None)]),
         # A double release through the holder's handle, begun once its own release has begun.
         _of([("acquire", 0.0), ("sleep", SETTLE), ("release", None)], [("sleep", SETTLE), ("rerelease", 0)]),
@@ -60,8 +63,6 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
             [wait, ("release", None)],
         ),
         _of([*take_all, ("release", None)], [("acquire", 0.0)]),
-        _of([waiter], [waiter]),
-        _of([waiter], [("acquire", 0.0)]),
         _of([*take_all, ("sleep", SETTLE), *give_all], [waiter, ("release", None)]),
         _of([*take_all, ("sleep", SETTLE), *give_all], [("sleep", SETTLE), waiter, ("release", None)]),
         # Two waiters parked (on virtual time past the wake-up bound, so one left beside a free
