@@ -129,3 +129,64 @@ def _site_dirs() -> tuple[str, ...]:
         dirs.add(getattr(site, "getusersitepackages", str)())
         _SITE_DIRS = tuple(os.path.realpath(d) + os.sep for d in dirs if d)
     return _SITE_DIRS
+
+
+def class_uses_api(cls: type, api: frozenset[str]) -> bool:
+    """Whether the code of ``cls`` (the methods of its MRO, the functions nested in them, and the
+    functions and classes of the pool's own modules they call) refers to one of the ``api``
+    modules or to anything defined in one; or whether a class of its MRO is defined in one. A
+    module that imports anyio for something else (a ``__main__`` block, a helper of its own)
+    does not make an asyncio pool an anyio one."""
+    own = {klass.__module__ for klass in cls.__mro__ if klass is not object}
+    seen: set[int] = set()
+    frontier: list[object] = []
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        if _in_api(klass.__module__, api):
+            return True
+        frontier.extend(vars(klass).values())
+    while frontier:
+        value = frontier.pop()
+        for code, names in _code_of(value):
+            if id(code) in seen:
+                continue
+            seen.add(id(code))
+            for name in code.co_names:
+                found = names.get(name)
+                if found is None:
+                    continue
+                if isinstance(found, types.ModuleType):
+                    if _in_api(found.__name__, api):
+                        return True
+                    continue
+                module = getattr(found, "__module__", None)
+                if isinstance(module, str) and _in_api(module, api):
+                    return True
+                if module in own and (inspect.isfunction(found) or isinstance(found, type)):
+                    frontier.extend(vars(found).values() if isinstance(found, type) else (found,))
+    return False
+
+
+def _in_api(name: str, api: frozenset[str]) -> bool:
+    return name in api or name.partition(".")[0] in api
+
+
+def _code_of(value: object) -> Iterator[tuple[types.CodeType, dict[str, object]]]:
+    """The code objects of a class attribute (a function, a static or class method, a property),
+    nested ones included, each with the globals it names are looked up in."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        for part in (value.fget, value.fset, value.fdel):
+            if part is not None:
+                yield from _code_of(part)
+        return
+    if not inspect.isfunction(value):
+        return
+    names = value.__globals__
+    stack = [value.__code__]
+    while stack:
+        code = stack.pop()
+        yield code, names
+        stack.extend(const for const in code.co_consts if isinstance(const, types.CodeType))

@@ -13,8 +13,7 @@ import anyio
 
 from kvstress import checkers
 from kvstress._violation import InvariantViolation
-from kvstress.controlled._patch import resolve_modules
-from kvstress.controlled._reach import uses_api
+from kvstress.controlled._reach import class_uses_api
 from kvstress.harness._batch_ops import BatchOperations
 from kvstress.harness._runner import CallHung, run_to_completion
 
@@ -348,20 +347,24 @@ class TaskCancel:
 
 
 def speaks_anyio(pool: object) -> bool:
-    """Whether the pool's code (the modules of its class's MRO) uses anyio or trio, whose callers
-    cancel it with cancel scopes; a pool on asyncio alone is cancelled as asyncio code is."""
+    """Whether the pool's code uses anyio or trio, whose callers cancel it with cancel scopes: its
+    class's code refers to them (``class_uses_api``: not merely a module that imports them), or
+    it holds one of their objects (a primitive made by a factory and passed in). A pool on asyncio
+    alone is cancelled as asyncio code is."""
     cls = type(pool)
     known = _SPEAKS_ANYIO.get(cls)
     if known is None:
-        known = _SPEAKS_ANYIO[cls] = _speaks_anyio(cls)
-    return known
+        known = _SPEAKS_ANYIO[cls] = class_uses_api(cls, _CANCEL_SCOPE_APIS)
+    if known:
+        return True
+    try:
+        held = list(vars(pool).values())
+    except TypeError:  # a pool with __slots__ only
+        return False
+    return any(type(value).__module__.partition(".")[0] in _CANCEL_SCOPE_APIS for value in held)
 
 
 _SPEAKS_ANYIO: dict[type, bool] = {}
-
-
-def _speaks_anyio(cls: type) -> bool:
-    return any(uses_api(module, _CANCEL_SCOPE_APIS) for module in resolve_modules([cls]))
 
 
 _CANCEL_SCOPE_APIS = frozenset({"anyio", "trio"})

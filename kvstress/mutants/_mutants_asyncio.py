@@ -1,7 +1,7 @@
 """Mutants of the asyncio-only ordinary pools, each a slip a developer makes with asyncio's own
-primitives, in a module that imports neither anyio nor trio: the harness cancels a pool
-written on asyncio alone as asyncio code is, with one ``Task.cancel()`` (``speaks_anyio`` looks
-at the modules of the pool's class), and several of the bugs here live in what that does.
+primitives: the harness cancels a pool written on asyncio alone as asyncio code is, with one
+``Task.cancel()`` (``speaks_anyio`` looks at the code of the pool's class), and several of the
+bugs here live in what that does.
 """
 
 from __future__ import annotations

@@ -1,0 +1,101 @@
+"""An asyncio pool that hands a released block straight to the oldest waiter, in a module that
+also imports anyio (for its demo, not for the pool): callers cancel it as asyncio code does.
+
+``HandoffPool`` skips a waiter whose task is already being cancelled, and a waiter cancelled
+after the hand-off, before it ran, passes its block on. ``HandoffDropsPool`` does not: the
+block handed to it is lost (the flaw of anyio's memory streams under a native cancel, written
+on asyncio alone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+import anyio
+
+from kvstress.mutants import Block
+from kvstress.mutants._block import seconds
+from kvstress.mutants._ledger import BlockLedger
+
+
+class _Waiter:
+    __slots__ = ("block", "event", "task")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.block: Block | None = None
+        self.task = asyncio.current_task()
+
+
+class HandoffPool(BlockLedger):
+    """Free blocks in a deque; a waiter parks on an Event of its own and is handed its block."""
+
+    backoff_bound = 0.0
+    backends = ("asyncio",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._waiters: deque[_Waiter] = deque()
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        if self._free:
+            return self._taken(self._free.popleft())
+        if timeout == 0:
+            return None
+        waiter = _Waiter()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter.event.wait()
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            self._cancelled_after(waiter)
+            raise
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+        return waiter.block
+
+    def _cancelled_after(self, waiter: _Waiter) -> None:
+        """A block handed to a waiter cancelled before it ran goes to the next one."""
+        if waiter.block is not None:
+            block, waiter.block = waiter.block, None
+            block.state, block.refcount = block.state.FREE, 0
+            self._offer(block)
+
+    async def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._reset(block)
+        self._offer(block)
+        return True
+
+    def _offer(self, block: Block) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if waiter.task is not None and not waiter.task.cancelling():
+                waiter.block = self._taken(block)
+                waiter.event.set()
+                return
+        self._free.append(block)
+
+
+class HandoffDropsPool(HandoffPool):
+    """A waiter cancelled after its hand-off drops the block (BUG)."""
+
+    def _cancelled_after(self, waiter: _Waiter) -> None:
+        return None
+
+
+def demo() -> None:  # pragma: no cover - what the module imports anyio for
+    async def main() -> None:
+        pool = HandoffPool(2, 4)
+        block = await pool.acquire(0)
+        assert block is not None
+        await pool.release(block)
+
+    anyio.run(main)
