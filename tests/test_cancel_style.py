@@ -1,4 +1,5 @@
-"""How the harness cancels an async pool follows the pool's code, not its module's imports.
+"""How the harness cancels an async pool follows the pool's code, not its module's imports; and
+what the event loop caught in a callback is named in the report of what it caused.
 
 A pool whose code uses anyio or trio is cancelled by anyio cancel scopes, as its callers do; a
 pool written on asyncio alone by one ``Task.cancel()``, even in a module that imports anyio for
@@ -7,6 +8,7 @@ something else, or in the module of an anyio pool (a blind sweep's pool was miss
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,8 @@ from kvstress.mutants import (
     BackgroundTaskPool,
     DeferredResetTaskPool,
 )
+from kvstress.scenarios import ScenarioConfig, search
+from kvstress.schedulers import RandomScheduler
 
 
 class HoldsAnyioPrimitive(AsyncioConditionPool):
@@ -59,3 +63,36 @@ def test_a_block_dropped_by_a_waiter_cancelled_after_its_hand_off_is_found(tmp_p
 def test_the_hand_off_pool_that_passes_the_block_on_is_clean(tmp_path: Path) -> None:
     outcome = _fuzz(HandoffPool, tmp_path, 5.0)
     assert outcome.finding is None, outcome.finding.violation.details()
+
+
+class OfferDiesInCallbackPool(AsyncioConditionPool):
+    """release hands the offer to a loop callback, which raises before it queues the block (a
+    done-callback that meets a future already cancelled): the block is lost."""
+
+    async def release(self, block: Any) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._reset(block)
+        asyncio.get_running_loop().call_soon(self._offer_later, block)
+        return True
+
+    def _offer_later(self, block: Any) -> None:
+        raise RuntimeError("the reset stream is closed")
+
+
+def test_a_block_lost_in_a_loop_callback_names_what_the_callback_raised() -> None:
+    """The event loop catches a callback's exception and goes on; the report of the block lost
+    that way names it, where it said only that the block had leaked."""
+    config = ScenarioConfig(OfferDiesInCallbackPool, True)
+    result = search(config, RandomScheduler(seed=1), max_executions=50, shrink=False)
+    assert result.failure is not None
+    assert "the event loop caught in a callback: RuntimeError: the reset stream is closed" in (
+        result.failure.violation.message
+    )
+
+
+def test_a_failure_with_no_callback_error_says_nothing_of_one() -> None:
+    result = search(
+        ScenarioConfig(HandoffDropsPool, True), RandomScheduler(seed=1), max_executions=300, shrink=False
+    )
+    assert result.failure is not None and "event loop caught" not in result.failure.violation.message

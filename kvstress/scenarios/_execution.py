@@ -91,6 +91,9 @@ class ExecutionRecord:
     failure: InvariantViolation | None = None
     blocks: tuple[BlockRecord, ...] = ()  # dumped when the execution failed
     blocks_at: str = ""  # the moment ``blocks`` show, for a reader
+    loop_errors: list[str] = field(default_factory=list)
+    """Exceptions the event loop caught in a callback or a task before any check failed (a
+    pool's done-callback that raised): what a report of a block lost that way says next."""
 
     @property
     def history(self) -> tuple[Operation, ...]:
@@ -214,7 +217,26 @@ def run_execution(
         record.failure = check_run(config, record.ops)
     if record.failure is not None and record.ops is not None:
         record.blocks, record.blocks_at = blocks_of_failure(config, record.ops)
+    if record.failure is not None and record.loop_errors:
+        record.failure = _with_loop_errors(record.failure, record.loop_errors)
     return record
+
+
+MAX_LOOP_ERRORS = 3
+"""Callback exceptions a failure's message names, at most."""
+
+
+def _with_loop_errors(violation: InvariantViolation, errors: Sequence[str]) -> InvariantViolation:
+    """The violation, its message naming what the event loop caught in callbacks before it."""
+    caught = "; ".join(errors)
+    found = InvariantViolation(
+        violation.invariant,
+        f"{violation.message} (before it, the event loop caught in a callback: {caught})",
+        violation.history,
+        violation.blocks,
+    )
+    found.program = violation.program
+    return found
 
 
 def blocks_of_failure(config: ScenarioConfig, ops: ScenarioOps) -> tuple[tuple[BlockRecord, ...], str]:
@@ -246,8 +268,9 @@ def _thread_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
 async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
     loop = current_loop()
     # Once a run has failed, the tasks it cancels may raise again while asyncio shuts down;
-    # the first failure is the finding, the rest is noise for the loop's default logger.
-    loop.set_exception_handler(_ignore)
+    # the first failure is the finding, the rest is noise for the loop's default logger. Before
+    # that, what a callback raised is noted for the report (a pool's done-callback that died).
+    loop.set_exception_handler(lambda _loop, context: _note_loop_error(record, context))
     record.scenario = draw_scenario(config, loop.scheduler.next_u64())
     await run_workers(config, record, anyio.current_time)
 
@@ -263,8 +286,15 @@ async def run_workers(config: ScenarioConfig, record: ExecutionRecord, clock: Ca
     await ops.finish()
 
 
-def _ignore(loop: object, context: object) -> None:
-    return None
+def _note_loop_error(record: ExecutionRecord, context: dict[str, Any]) -> None:
+    error = context.get("exception")
+    if (
+        not isinstance(error, Exception)  # CancelledError, as the run's tasks unwind
+        or len(record.loop_errors) >= MAX_LOOP_ERRORS
+        or (record.ops is not None and record.ops.failed_op is not None)
+    ):
+        return
+    record.loop_errors.append(f"{type(error).__name__}: {error}".rstrip(": "))
 
 
 def time_bound(config: ScenarioConfig) -> float:
