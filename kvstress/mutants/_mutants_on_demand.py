@@ -7,8 +7,6 @@ idle object is in sight, a waiter that asks for one creation and never again.
 
 from __future__ import annotations
 
-import queue
-
 from kvstress.mutants._block import Block, seconds
 from kvstress.mutants._on_demand_pools import LazyQueuePool, MakerThreadPool
 
@@ -20,15 +18,8 @@ class LazyQueueMakerQueuesPool(LazyQueuePool):
 
     expected = ("lost-block", "lost-wakeup")
 
-    def acquire(self, timeout: float | None = None) -> Block | None:
-        timeout = seconds(timeout)
-        try:
-            return self._taken(self._idle.get_nowait())
-        except queue.Empty:
-            pass
-        made = self._make()
-        if made is not None:
-            self._idle.put(made)  # BUG: through the shared queue, where anyone may take it
+    def _keep(self, made: Block, timeout: float | None) -> Block | None:
+        self._idle.put(made)  # BUG: through the shared queue, where anyone may take it
         return self._wait_idle(timeout)
 
 

@@ -46,8 +46,12 @@ class LazyQueuePool(BlockLedger):
             pass
         made = self._make()
         if made is not None:
-            return self._taken(made)
+            return self._keep(made, timeout)
         return self._wait_idle(timeout)
+
+    def _keep(self, made: Block, timeout: float | None) -> Block | None:
+        """The block just made, handed to its maker."""
+        return self._taken(made)
 
     def _make(self) -> Block | None:
         """The next block not made yet, or None when all are."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from kvstress import BlockState
 from kvstress.mutants import Block
 from kvstress.mutants._block import seconds
 from kvstress.mutants._ledger import BlockLedger
@@ -64,7 +65,7 @@ class HandoffPool(BlockLedger):
         """A block handed to a waiter cancelled before it ran goes to the next one."""
         if waiter.block is not None:
             block, waiter.block = waiter.block, None
-            block.state, block.refcount = block.state.FREE, 0
+            block.state, block.refcount = BlockState.FREE, 0
             self._offer(block)
 
     async def release(self, block: Block) -> bool:
