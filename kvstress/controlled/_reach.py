@@ -85,7 +85,7 @@ def uses_api(module: types.ModuleType, api: frozenset[str]) -> bool:
                 name = getattr(value, "__module__", None)
             except Exception:  # an object whose attributes raise names no module
                 continue
-        if isinstance(name, str) and (name in api or name.partition(".")[0] in api):
+        if isinstance(name, str) and _in_api(name, api):
             return True
     return False
 
@@ -169,6 +169,7 @@ def class_uses_api(cls: type, api: frozenset[str]) -> bool:
 
 
 def _in_api(name: str, api: frozenset[str]) -> bool:
+    """Whether the module ``name`` is one of ``api`` or inside one."""
     return name in api or name.partition(".")[0] in api
 
 
