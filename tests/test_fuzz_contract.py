@@ -39,16 +39,28 @@ def test_the_contract_is_silent_on_correct_pools(spec: str) -> None:
 
 
 def test_the_contract_runs_once_after_a_short_first_slice() -> None:
-    """The default mix: a short PCT slice, the contract, then the search strategies in turn,
-    never the contract again; a mix of fixed programs only ends once they have run."""
+    """The default mix: short random and PCT slices, the contract, then the search strategies
+    in turn, never the contract again; a mix of fixed programs only ends once they have run."""
     from kvstress.fuzz._run import DELAY_SLICE_S, LEAD_SLICE_S, SLICE_S, _slice_s
 
-    order = [_strategy_at(DEFAULT_MIX, i) for i in range(14)]
-    assert order[:9] == ["pct", "contract", "delay", "random", "machine", "pct", "stress", "pct", "delay"]
-    assert "contract" not in order[2:]
+    order = [_strategy_at(DEFAULT_MIX, i) for i in range(15)]
+    assert order[:10] == [
+        "random",
+        "pct",
+        "contract",
+        "delay",
+        "random",
+        "machine",
+        "pct",
+        "stress",
+        "random",
+        "pct",
+    ]
+    assert "contract" not in order[3:]
     # The delay strategy's first slice runs the motifs' hot plans; its later ones are short.
-    assert [_slice_s(DEFAULT_MIX, i) for i in range(4)] == [LEAD_SLICE_S, SLICE_S, SLICE_S, SLICE_S]
-    assert _slice_s(DEFAULT_MIX, 8) == DELAY_SLICE_S
+    lead, rest = [LEAD_SLICE_S] * 2, [SLICE_S] * 3
+    assert [_slice_s(DEFAULT_MIX, i) for i in range(5)] == lead + rest
+    assert _slice_s(DEFAULT_MIX, order.index("delay", 4)) == DELAY_SLICE_S
     assert _slice_s(("delay",), 5) == SLICE_S  # alone, it has the whole budget
     assert _strategy_at(("contract",), 0) == "contract"
     assert _strategy_at(("contract",), 1) is None
@@ -72,7 +84,8 @@ def test_a_mix_runs_as_written_with_a_short_lead() -> None:
 def test_a_contract_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None:
     """The report names the contract and carries its program; replay runs it once more."""
     target = load_target("kvstress.mutants:ClampedReleasePool")
-    outcome = fuzz(target, budget_s=10, report_dir=tmp_path)
+    # The contract alone: in the default mix, the lead's motifs find this double release first.
+    outcome = fuzz(target, budget_s=10, mix=("contract",), report_dir=tmp_path)
     assert outcome.finding is not None and outcome.report is not None
     report = json.loads(outcome.report.read_text())
     assert report["strategy"] == "contract" and report["config"]["kind"] == "contract"

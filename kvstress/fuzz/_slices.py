@@ -55,6 +55,9 @@ wait a whole cycle of the mix there (CI missed the timed-out notify so, at 15 ex
 DELAY_CAP = 16
 """Executions per motif in the delay strategy's first round after the hot one; each later round
 doubles it."""
+MOTIF_EVERY = 4
+"""In the ``pct`` and ``random`` strategies, one execution in this many runs a motif (the rest
+run drawn scenarios)."""
 _HOT_ROUNDS = (1, 2)  # the two passes that run hot plans only; round 0 is the opening
 MACHINE_HANG_BOUND = 1.0  # seconds; a hung pool costs this per hang, and shrinking replays it
 MACHINE_EXAMPLES = 10  # examples per Hypothesis run within a slice
@@ -139,23 +142,81 @@ def run_slice(
     """
     if strategy == "delay":
         return _delay(target, seed, budget_s, {} if memo is None else memo, grace_s)
+    if strategy in _CONTROLLED:
+        return _controlled(_CONTROLLED[strategy], strategy, target, seed, budget_s, memo)
     runner = _RUNNERS.get(strategy)
     if runner is None:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     return runner(target, seed, budget_s, shrink_s)
 
 
-def _controlled(make: Callable[[int], Scheduler], name: str) -> _Runner:
-    def run(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
-        # A schedule is shrunk within search's own cap (SHRINK_BUDGET_S), not with shrink_s.
-        result = search(scenario_config(target), make(seed), budget_s=budget_s)
-        failure = result.failure
-        if failure is None:
-            return SliceResult(result.executions, result.operations)
-        finding = scenario_finding(failure, name, seed, result.elapsed_s)
-        return SliceResult(result.executions, result.operations, finding)
+@dataclass
+class _MotifTurn:
+    """Which motif a controlled strategy runs next, carried from one of its slices to the next."""
 
-    return run
+    programs: tuple[Any, ...]
+    next: int = 0
+    passes: int = 0  # whole passes over the motifs so far
+
+
+def _controlled(
+    make: Callable[[int], Scheduler],
+    name: str,
+    target: FuzzTarget,
+    seed: int,
+    budget_s: float,
+    memo: dict[str, Any] | None,
+) -> SliceResult:
+    """``pct`` or ``random`` for about ``budget_s``: the motifs once each, back to back, at the
+    start of the strategy's first slice in the run; then drawn scenarios, and every
+    ``MOTIF_EVERY``-th execution a motif, in turn. A drawn scenario lines two calls up on one
+    block now and then; a motif does it every time, and a few random schedules of one are the
+    short test a developer runs against a pool (two releases of a shared block race at once
+    under most of them). Each motif has its own scheduler, seeded from the slice's, so PCT
+    learns each program's own length, and the drawn search's schedules do not depend on the
+    motifs'."""
+    config = scenario_config(target)
+    memo = {} if memo is None else memo
+    turn = memo.get(f"{name}-motifs")
+    if not isinstance(turn, _MotifTurn):
+        turn = memo[f"{name}-motifs"] = _MotifTurn(motifs(target.num_blocks, target.is_async))
+    drawn = make(seed)
+    per_motif: dict[int, Scheduler] = {}
+    start = time.monotonic()
+    result = SliceResult()
+    while (left := budget_s - (time.monotonic() - start)) > 0:
+        at, turn.next = turn.next, (turn.next + 1) % len(turn.programs)
+        first_pass = turn.passes == 0
+        turn.passes += turn.next == 0
+        scheduler = per_motif.get(at) or per_motif.setdefault(at, make(_motif_seed(seed, at)))
+        began = time.monotonic() - start
+        # A schedule is shrunk within search's own cap (SHRINK_BUDGET_S).
+        motif = replace(config, scenario=turn.programs[at])
+        found = search(motif, scheduler, max_executions=1, budget_s=left)
+        result.executions += found.executions
+        result.operations += found.operations
+        if found.failure is not None:
+            result.finding = scenario_finding(
+                found.failure, name, seed, began + found.elapsed_s, fixed_scenario=True
+            )
+            return result
+        left = budget_s - (time.monotonic() - start)
+        if first_pass or left <= 0:
+            continue  # the first pass runs the motifs back to back
+        began = time.monotonic() - start
+        found = search(config, drawn, max_executions=MOTIF_EVERY - 1, budget_s=left)
+        result.executions += found.executions
+        result.operations += found.operations
+        if found.failure is not None:
+            result.finding = scenario_finding(found.failure, name, seed, began + found.elapsed_s)
+            return result
+    return result
+
+
+def _motif_seed(seed: int, motif: int) -> int:
+    """The seed of motif ``motif``'s scheduler in a slice seeded ``seed``: apart from it and from
+    the other motifs'."""
+    return (seed * 1_000_003 + 7_919 * (motif + 1)) % (1 << 63)
 
 
 def scenario_finding(
@@ -521,10 +582,12 @@ def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | 
     return SliceResult(1, len(violation.history), finding)
 
 
+_CONTROLLED: dict[str, Callable[[int], Scheduler]] = {
+    "pct": lambda seed: PCTScheduler(depth=3, seed=seed),
+    "random": lambda seed: RandomScheduler(seed=seed),
+}
 _RUNNERS: dict[str, _Runner] = {
     "contract": _contract,
-    "pct": _controlled(lambda seed: PCTScheduler(depth=3, seed=seed), "pct"),
-    "random": _controlled(lambda seed: RandomScheduler(seed=seed), "random"),
     "machine": _machine,
     "stress": _stress,
 }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -80,6 +81,14 @@ class ScenarioConfig:
             raise ValueError(f"backend must be 'asyncio' or 'trio', got {self.backend!r}")
         check_num_blocks(self.num_blocks)
         object.__setattr__(self, "block_shape", check_block_shape(self.block_shape))
+
+    def pool_modules(self) -> tuple[types.ModuleType, ...]:
+        """The modules of the code under test: ``modules``, else the factory's."""
+        return resolve_modules(self.modules or (self.factory,))
+
+    def pool_files(self) -> frozenset[str]:
+        """The source files of the code under test."""
+        return source_files(self.pool_modules())
 
 
 @dataclass
@@ -185,10 +194,10 @@ def run_execution(
         if config.is_async and config.backend == "trio":
             from kvstress.scenarios._trio import run_trio_execution
 
-            with loop_clock(resolve_modules(config.modules or (config.factory,))):
+            with loop_clock(config.pool_modules()):
                 run_trio_execution(config, scheduler, record)
         elif config.is_async:
-            modules = resolve_modules(config.modules or (config.factory,))
+            modules = config.pool_modules()
             with loop_clock(modules, fresh_primitives=True):
                 run_controlled(
                     lambda: _async_main(config, record),
@@ -340,7 +349,7 @@ def as_violation(error: BaseException, record: ExecutionRecord, config: Scenario
 def crash_of(error: BaseException, config: ScenarioConfig, what: str) -> InvariantViolation:
     """The ``crash`` an error escaping ``what`` is, when the pool's code is on its way; raises
     InternalError when kvstress's own code alone raised it (``kvstress._blame``)."""
-    files = source_files(resolve_modules(config.modules or (config.factory,)))
+    files = config.pool_files()
     if raised_in_kvstress(error, files):
         raise internal_error(error) from error
     return InvariantViolation("crash", f"{what} raised {type(error).__name__}: {error}")

@@ -30,7 +30,7 @@ import anyio
 from kvstress import _flight
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
-from kvstress.controlled._patch import own_loop_primitives, resolve_modules, source_files
+from kvstress.controlled._patch import own_loop_primitives
 from kvstress.harness._dump import dump_blocks
 from kvstress.harness._runner import Abandoned, run_on_a_thread, run_to_completion
 from kvstress.harness._scenarios import first_violation
@@ -174,7 +174,7 @@ def run_stress_execution(
         if config.is_async:
             _async_on_a_thread(config, record, timing)
         else:
-            files = source_files(resolve_modules(config.modules or (config.factory,)))
+            files = config.pool_files()
             with _switching(switch_interval):
                 _thread_run(config, record, timing, files, seed, yield_probability)
     except InvariantViolation as violation:
@@ -258,7 +258,7 @@ def _async_on_a_thread(config: ScenarioConfig, record: ExecutionRecord, timing: 
     # The run bounds itself (programs: timeouts + hang_bound; the final releases: hang_bound);
     # this outer bound only catches a loop that cannot run those, so it leaves them room.
     bound = record.scenario.total_timeout + 2 * timing.hang_bound + 1.0
-    modules = resolve_modules(config.modules or (config.factory,))
+    modules = config.pool_modules()
     with own_loop_primitives(modules):  # this run's loop is a new one
         _on_a_thread(
             lambda: anyio.run(_async_run, config, record, timing, backend=config.backend),

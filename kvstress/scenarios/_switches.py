@@ -26,7 +26,6 @@ from typing import Any
 
 from kvstress.controlled import current_loop
 from kvstress.controlled._baton import active_controller
-from kvstress.controlled._patch import resolve_modules, source_files
 from kvstress.harness._runner import Suspensions
 from kvstress.schedulers import ReplayScheduler, Schedule, ScheduleDivergence
 
@@ -229,7 +228,7 @@ def record_switches(config: Any, schedule: Schedule | str) -> tuple[Switch, ...]
     from kvstress.scenarios._execution import ExecutionRecord, run_execution
     from kvstress.scenarios._table import call_text
 
-    files = source_files(resolve_modules(config.modules or (config.factory,)))
+    files = config.pool_files()
     record = ExecutionRecord()
 
     def in_flight(worker: str) -> tuple[str, int] | None:
