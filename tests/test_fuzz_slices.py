@@ -67,3 +67,55 @@ def test_a_replay_of_a_machine_finding_does_not_shrink_it() -> None:
     again = slices_module.run_machine(target, 1, batches=False, counts=found, shrink=False)
     assert first is not None and again is not None and again.invariant == first.invariant
     assert found.examples < shrunk.examples, (found, shrunk)
+
+
+@pytest.mark.parametrize("strategy", ["pct", "random"])
+def test_the_controlled_strategies_run_every_motif_first_then_one_execution_in_four(
+    strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's first slice of pct or random runs each motif once, in order, then alternates:
+    one motif (the next in turn) and three drawn scenarios; the next slice goes on with the
+    motif after the last one run. On a correct pool, none of it finds anything."""
+    from kvstress.scenarios._motifs import motifs
+
+    calls: list[tuple[object, int | None]] = []
+    real_search = slices_module.search
+
+    def recorded(config: object, scheduler: object, **limits: object) -> object:
+        calls.append((config.scenario, limits.get("max_executions")))  # type: ignore[attr-defined]
+        return real_search(config, scheduler, **limits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(slices_module, "search", recorded)
+    target = load_target("kvstress:ThreadedBlockPool")
+    programs = motifs(target.num_blocks, target.is_async)
+    memo: dict[str, object] = {}
+    result = run_slice(strategy, target, 3, 0.6, memo=memo)
+    assert result.finding is None
+    first = len(programs)
+    assert [scenario for scenario, _ in calls[:first]] == list(programs)
+    assert all(cap == 1 for _, cap in calls[:first])
+    after = calls[first:]
+    assert len(after) >= 4, "the slice ran out before any drawn scenario"
+    assert [scenario for scenario, _ in after[:4]] == [programs[0], None, programs[1], None]
+    assert after[1][1] == slices_module.MOTIF_EVERY - 1
+    motifs_run = [scenario for scenario, _ in calls if scenario is not None]
+    calls.clear()
+    run_slice(strategy, target, 4, 0.05, memo=memo)
+    following = programs[len(motifs_run) % len(programs)]
+    assert calls[0][0] == following  # no second first pass: the turn goes on
+
+
+def test_a_race_a_motif_exposes_falls_to_random_at_once_and_replays_from_its_report(tmp_path: Path) -> None:
+    """Two sharers' releases and a retain racing on one block (a refcount updated without the
+    lock) come up under most random schedules of the three-holder motif: the run's first pass
+    finds it, and the report replays it from the motif's programs it carries."""
+    from kvstress.fuzz._replay import replay_report
+
+    target = load_target("kvstress.mutants:RetainLostUpdatePool")
+    outcome = fuzz(target, budget_s=10, seed=0, mix=("random",), report_dir=tmp_path)
+    assert outcome.finding is not None and outcome.report is not None
+    assert outcome.finding.options.get("fixed_scenario") is True
+    assert outcome.executions <= 3 * 12
+    report = __import__("json").loads(outcome.report.read_text())
+    again = replay_report(report)
+    assert again.reproduced and again.tries == 1
