@@ -33,7 +33,7 @@ from kvstress.fuzz._target import FuzzTarget
 from kvstress.reports import versions, write_report
 from kvstress.scenarios._switches import switch_fields
 
-DEFAULT_MIX = ("random", "pct", "contract", "delay", "random", "machine", "pct", "stress")
+DEFAULT_MIX = ("pct", "random", "contract", "delay", "random", "machine", "pct", "stress")
 ONCE = frozenset({"contract"})
 """Strategies that are one fixed program: they run once, first, and then leave the cycle."""
 SLICE_S = 1.0

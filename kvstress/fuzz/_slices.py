@@ -56,8 +56,8 @@ DELAY_CAP = 16
 """Executions per motif in the delay strategy's first round after the hot one; each later round
 doubles it."""
 MOTIF_EVERY = 4
-"""In the ``pct`` and ``random`` strategies, one execution in this many runs a motif (the rest
-run drawn scenarios)."""
+"""In the ``random`` strategy, one execution in this many runs a motif (the rest run drawn
+scenarios)."""
 _HOT_ROUNDS = (1, 2)  # the two passes that run hot plans only; round 0 is the opening
 MACHINE_HANG_BOUND = 1.0  # seconds; a hung pool costs this per hang, and shrinking replays it
 MACHINE_EXAMPLES = 10  # examples per Hypothesis run within a slice
@@ -142,12 +142,25 @@ def run_slice(
     """
     if strategy == "delay":
         return _delay(target, seed, budget_s, {} if memo is None else memo, grace_s)
-    if strategy in _CONTROLLED:
-        return _controlled(_CONTROLLED[strategy], strategy, target, seed, budget_s, memo)
+    if strategy == "random":
+        return _random(target, seed, budget_s, memo)
     runner = _RUNNERS.get(strategy)
     if runner is None:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     return runner(target, seed, budget_s, shrink_s)
+
+
+def _drawn(make: Callable[[int], Scheduler], name: str) -> _Runner:
+    def run(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
+        # A schedule is shrunk within search's own cap (SHRINK_BUDGET_S), not with shrink_s.
+        result = search(scenario_config(target), make(seed), budget_s=budget_s)
+        failure = result.failure
+        if failure is None:
+            return SliceResult(result.executions, result.operations)
+        finding = scenario_finding(failure, name, seed, result.elapsed_s)
+        return SliceResult(result.executions, result.operations, finding)
+
+    return run
 
 
 @dataclass
@@ -159,36 +172,30 @@ class _MotifTurn:
     passes: int = 0  # whole passes over the motifs so far
 
 
-def _controlled(
-    make: Callable[[int], Scheduler],
-    name: str,
-    target: FuzzTarget,
-    seed: int,
-    budget_s: float,
-    memo: dict[str, Any] | None,
-) -> SliceResult:
-    """``pct`` or ``random`` for about ``budget_s``: the motifs once each, back to back, at the
-    start of the strategy's first slice in the run; then drawn scenarios, and every
-    ``MOTIF_EVERY``-th execution a motif, in turn. A drawn scenario lines two calls up on one
-    block now and then; a motif does it every time, and a few random schedules of one are the
-    short test a developer runs against a pool (two releases of a shared block race at once
-    under most of them). Each motif has its own scheduler, seeded from the slice's, so PCT
-    learns each program's own length, and the drawn search's schedules do not depend on the
-    motifs'."""
+def _random(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any] | None) -> SliceResult:
+    """``random`` for about ``budget_s``: the motifs once each, back to back, at the start of
+    the strategy's first slice in the run; then drawn scenarios, and every ``MOTIF_EVERY``-th
+    execution a motif, in turn. A drawn scenario lines two calls up on one block now and then; a
+    motif does it every time, and a few random schedules of one are the short test a developer
+    runs against a pool (two releases of a shared block race at once under most of them). Each
+    motif has its own scheduler, seeded from the slice's, and the drawn search's schedules do
+    not depend on the motifs'. PCT runs drawn scenarios only: its lead slice finds the shallow
+    races of a drawn scenario in its first tenth of a second, and a motif pass there, measured,
+    cost those seconds."""
     config = scenario_config(target)
     memo = {} if memo is None else memo
-    turn = memo.get(f"{name}-motifs")
+    turn = memo.get("random-motifs")
     if not isinstance(turn, _MotifTurn):
-        turn = memo[f"{name}-motifs"] = _MotifTurn(motifs(target.num_blocks, target.is_async))
-    drawn = make(seed)
-    per_motif: dict[int, Scheduler] = {}
+        turn = memo["random-motifs"] = _MotifTurn(motifs(target.num_blocks, target.is_async))
+    drawn = RandomScheduler(seed=seed)
+    per_motif: dict[int, RandomScheduler] = {}
     start = time.monotonic()
     result = SliceResult()
     while (left := budget_s - (time.monotonic() - start)) > 0:
         at, turn.next = turn.next, (turn.next + 1) % len(turn.programs)
         first_pass = turn.passes == 0
         turn.passes += turn.next == 0
-        scheduler = per_motif.get(at) or per_motif.setdefault(at, make(_motif_seed(seed, at)))
+        scheduler = per_motif.get(at) or per_motif.setdefault(at, RandomScheduler(seed=_motif_seed(seed, at)))
         began = time.monotonic() - start
         # A schedule is shrunk within search's own cap (SHRINK_BUDGET_S).
         motif = replace(config, scenario=turn.programs[at])
@@ -197,7 +204,7 @@ def _controlled(
         result.operations += found.operations
         if found.failure is not None:
             result.finding = scenario_finding(
-                found.failure, name, seed, began + found.elapsed_s, fixed_scenario=True
+                found.failure, "random", seed, began + found.elapsed_s, fixed_scenario=True
             )
             return result
         left = budget_s - (time.monotonic() - start)
@@ -208,7 +215,7 @@ def _controlled(
         result.executions += found.executions
         result.operations += found.operations
         if found.failure is not None:
-            result.finding = scenario_finding(found.failure, name, seed, began + found.elapsed_s)
+            result.finding = scenario_finding(found.failure, "random", seed, began + found.elapsed_s)
             return result
     return result
 
@@ -582,12 +589,9 @@ def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | 
     return SliceResult(1, len(violation.history), finding)
 
 
-_CONTROLLED: dict[str, Callable[[int], Scheduler]] = {
-    "pct": lambda seed: PCTScheduler(depth=3, seed=seed),
-    "random": lambda seed: RandomScheduler(seed=seed),
-}
 _RUNNERS: dict[str, _Runner] = {
     "contract": _contract,
+    "pct": _drawn(lambda seed: PCTScheduler(depth=3, seed=seed), "pct"),
     "machine": _machine,
     "stress": _stress,
 }
