@@ -96,3 +96,15 @@ def test_a_failure_with_no_callback_error_says_nothing_of_one() -> None:
         ScenarioConfig(HandoffDropsPool, True), RandomScheduler(seed=1), max_executions=300, shrink=False
     )
     assert result.failure is not None and "event loop caught" not in result.failure.violation.message
+
+
+def test_free_running_stress_names_what_a_loop_callback_raised_too() -> None:
+    """On a real asyncio loop as on the controlled one: the report of the block lost in the
+    callback names the callback's exception."""
+    from kvstress.scenarios._stress import run_stress_execution
+
+    record = run_stress_execution(ScenarioConfig(OfferDiesInCallbackPool, True), seed=1)
+    assert record.failure is not None
+    assert "the event loop caught in a callback: RuntimeError: the reset stream is closed" in (
+        record.failure.message
+    )

@@ -227,7 +227,7 @@ def run_execution(
     if record.failure is not None and record.ops is not None:
         record.blocks, record.blocks_at = blocks_of_failure(config, record.ops)
     if record.failure is not None and record.loop_errors:
-        record.failure = _with_loop_errors(record.failure, record.loop_errors)
+        record.failure = with_loop_errors(record.failure, record.loop_errors)
     return record
 
 
@@ -235,7 +235,7 @@ MAX_LOOP_ERRORS = 3
 """Callback exceptions a failure's message names, at most."""
 
 
-def _with_loop_errors(violation: InvariantViolation, errors: Sequence[str]) -> InvariantViolation:
+def with_loop_errors(violation: InvariantViolation, errors: Sequence[str]) -> InvariantViolation:
     """The violation, its message naming what the event loop caught in callbacks before it."""
     caught = "; ".join(errors)
     found = InvariantViolation(
@@ -279,7 +279,7 @@ async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
     # Once a run has failed, the tasks it cancels may raise again while asyncio shuts down;
     # the first failure is the finding, the rest is noise for the loop's default logger. Before
     # that, what a callback raised is noted for the report (a pool's done-callback that died).
-    loop.set_exception_handler(lambda _loop, context: _note_loop_error(record, context))
+    loop.set_exception_handler(lambda _loop, context: note_loop_error(record, context))
     record.scenario = draw_scenario(config, loop.scheduler.next_u64())
     await run_workers(config, record, anyio.current_time)
 
@@ -295,7 +295,7 @@ async def run_workers(config: ScenarioConfig, record: ExecutionRecord, clock: Ca
     await ops.finish()
 
 
-def _note_loop_error(record: ExecutionRecord, context: dict[str, Any]) -> None:
+def note_loop_error(record: ExecutionRecord, context: dict[str, Any]) -> None:
     error = context.get("exception")
     if (
         not isinstance(error, Exception)  # CancelledError, as the run's tasks unwind

@@ -14,6 +14,7 @@ will look in CI.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import random
@@ -42,6 +43,8 @@ from kvstress.scenarios._execution import (
     check_run,
     crash_of,
     draw_scenario,
+    note_loop_error,
+    with_loop_errors,
 )
 from kvstress.scenarios._programs import Scenario
 
@@ -188,6 +191,8 @@ def run_stress_execution(
         record.failure = check_run(config, record.ops)
     if record.failure is not None and record.ops is not None:
         record.blocks = dump_blocks(record.ops.pool, config.num_blocks, record.ops.ledger)
+    if record.failure is not None and record.loop_errors:
+        record.failure = with_loop_errors(record.failure, record.loop_errors)
     return record
 
 
@@ -280,6 +285,9 @@ def _on_a_thread(run: Callable[[], object], bound: float, name: str, hang: str) 
 
 async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: TimingPolicy) -> None:
     assert record.scenario is not None
+    if config.backend == "asyncio":  # trio has no callbacks whose errors a handler swallows
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: note_loop_error(record, context))
     pool = build_pool(config)
     ops = record.ops = ScenarioOps(config, pool, anyio.current_time, virtual=False, timing=timing)
     bound = timing.hang_bound + record.scenario.total_timeout
