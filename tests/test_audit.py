@@ -421,6 +421,22 @@ def test_memory_check_counts_negative_zero_and_strided_blocks_as_zero() -> None:
     assert is_zero(None) is None
 
 
+def test_our_pool_s_blocks_are_read_at_their_host_address_and_torch_decides_the_rest() -> None:
+    """On our own pools the audit compares the block's bytes where they lie, with no tensor
+    view; -0.0 bytes are not zero bytes, so torch decides (zero), and a real value is found."""
+    pool = ThreadedBlockPool(2, (2, 4))
+    block = pool.acquire(0)
+    assert block is not None
+    view = view_of(block)
+    assert view is not None and view[0] is block  # the handle, not a tensor view
+    assert is_zero(view) is True
+    block.data.fill_(-0.0)
+    assert is_zero(view) is True
+    block.data[1, 3] = 2.0
+    assert is_zero(view) is False
+    assert is_zero(view_of(pool.acquire(0))) is True  # the other block: another address
+
+
 def test_memory_that_cannot_be_read_is_no_finding() -> None:
     """A meta tensor (no memory) and an empty block give no verdict rather than an error."""
     assert zero(torch.zeros(4, device="meta")) is None

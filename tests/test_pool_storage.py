@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import kvstress
 from kvstress import ThreadedBlockPool
 from kvstress.pool._storage import HOST_COPY_MAX_BYTES, BlockStorage, HostStorage, make_storage
 
@@ -60,3 +61,17 @@ def test_host_reset_writes_through_to_the_views_handed_out() -> None:
     view.fill_(9.0)
     storage.reset(1)
     assert torch.count_nonzero(view) == 0
+
+
+def test_a_host_block_s_span_is_its_view_s_memory_and_moving_memory_has_none() -> None:
+    """``host_span`` is (address, bytes) of exactly the block's view; device storage and a
+    tiered pool (whose blocks move between tiers) give None."""
+    pool = ThreadedBlockPool(4, (2, 8))
+    block = pool.acquire(0)
+    assert block is not None
+    view = block.data
+    assert block.host_span == (view.data_ptr(), view.nbytes)
+    assert BlockStorage(2, (4,), torch.float32, torch.device("cpu")).host_span(1) is None
+    tiered = kvstress.TieredBlockPool(4, (2, 8), core_blocks=2)
+    held = tiered.acquire(0)
+    assert held is not None and held.host_span is None

@@ -12,6 +12,7 @@ import torch
 
 from kvstress.audit._ledger import Lease
 from kvstress.audit._report import holders
+from kvstress.pool._block import Block
 
 _ZEROS: dict[int, bytes] = {}  # all-zero bytes of each block size met, to compare against
 # A ctypes array over each (address, size) met: ``.raw`` copies the memory out in one C call,
@@ -21,15 +22,24 @@ _ARRAYS: dict[tuple[int, int], Any] = {}
 _ARRAYS_MAX = 1 << 16  # a tiered pool moves its memory: forget old addresses past this many
 
 
-# A block's memory as the audit reads it: the tensor (kept, so the memory stays allocated), and
-# for a contiguous host block a ctypes array over its bytes and as many zero bytes; (tensor,
-# None, b"") for any other block, which torch reads.
-View = tuple[torch.Tensor, Any, bytes]
+# A block's memory as the audit reads it: the tensor (kept, so the memory stays allocated), or
+# for our own pools' host blocks their handle (which holds the pool's memory; its ``data`` is
+# made only when torch must decide); for a contiguous host block a ctypes array over its bytes
+# and as many zero bytes; (tensor, None, b"") for any other block, which torch reads.
+View = tuple[Any, Any, bytes]
 
 
 def view_of(inner: Any) -> View | None:
     """The block's memory through the pool's handle; None when it cannot be read (a tiered
     pool's segment given back: nobody can read it, so nobody can write it either)."""
+    if type(inner) is Block:
+        span = inner.host_span  # a fixed host address: no tensor view to make (1 us a call)
+        if span is not None:
+            array = _ARRAYS.get(span)
+            zeros = _ZEROS.get(span[1])
+            if array is None or zeros is None:
+                array, zeros = _host_bytes(*span)
+            return inner, array, zeros
     try:
         data = inner.data
     except Exception:
@@ -77,6 +87,8 @@ def is_zero(view: View | None) -> bool | None:
     if array is not None and array.raw == zeros:
         return True
     try:
+        if not isinstance(data, torch.Tensor):
+            data = data.data  # our own pool's handle (``view_of``)
         return not bool(data.any())
     except Exception:  # memory that cannot be read here (a meta tensor): no finding from it
         return None

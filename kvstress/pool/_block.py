@@ -35,6 +35,12 @@ class Block:
         return self._storage.view(self.id)
 
     @property
+    def host_span(self) -> tuple[int, int] | None:
+        """(address, bytes) of this block's memory where it is host memory at a fixed address
+        (read without a tensor view: the audit compares it with zeros); None otherwise."""
+        return self._storage.host_span(self.id)
+
+    @property
     def state(self) -> BlockState:
         """The block's state now."""
         return self._core.state(self.id)

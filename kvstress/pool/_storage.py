@@ -42,6 +42,11 @@ class BlockStorage:
         """A view of exactly one block's memory (made on demand, not kept)."""
         return self.tensor[block_id]
 
+    def host_span(self, block_id: int) -> tuple[int, int] | None:
+        """(address, bytes) of one block's memory where it is host memory at a fixed address
+        for the storage's life; None otherwise (device memory, or memory that may move)."""
+        return None
+
     def reset(self, block_id: int) -> None:
         """Zero one block; done before the caller offers it back to the queue."""
         self.tensor[block_id].zero_()
@@ -147,7 +152,7 @@ class HostStorage(BlockStorage):
     All-zero bytes are zero in every torch dtype. The copy completes before ``reset`` returns.
     """
 
-    __slots__ = ("_block_nbytes", "_bytes", "_zero_run", "_zeros")
+    __slots__ = ("_address", "_block_nbytes", "_bytes", "_zero_run", "_zeros")
 
     resets_under_lock = True  # a copy of at most HOST_COPY_MAX_BYTES: a few microseconds
 
@@ -156,10 +161,16 @@ class HostStorage(BlockStorage):
     ) -> None:
         super().__init__(num_blocks, block_shape, dtype, device)
         self._block_nbytes = self.nbytes // num_blocks
-        raw = (ctypes.c_ubyte * self.nbytes).from_address(self.tensor.data_ptr())
+        self._address = self.tensor.data_ptr()
+        raw = (ctypes.c_ubyte * self.nbytes).from_address(self._address)
         self._bytes = memoryview(raw).cast("B")
         self._zeros = bytes(self._block_nbytes)
         self._zero_run = memoryview(self._zeros)  # zeros for a run of blocks (reset_many)
+
+    def host_span(self, block_id: int) -> tuple[int, int]:
+        """(address, bytes) of one block: the tensor is allocated once and kept."""
+        size = self._block_nbytes
+        return self._address + block_id * size, size
 
     def reset(self, block_id: int) -> None:
         """Zero one block on the host; done before the caller offers it back to the queue."""
