@@ -28,7 +28,7 @@ from kvstress.fuzz._target import FuzzTarget, machine_for
 from kvstress.machines import PoolMachine
 from kvstress.scenarios import ScenarioConfig, search, stress
 from kvstress.scenarios._motifs import motifs
-from kvstress.scenarios._search import ScenarioFailure
+from kvstress.scenarios._search import ScenarioFailure, SearchResult
 from kvstress.scenarios._switches import Switch
 from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler, Scheduler
 
@@ -103,6 +103,16 @@ class SliceResult:
     finding: Finding | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     exhausted: bool = False  # the strategy has nothing left to run in this fuzzing run
+
+    def took(self, found: SearchResult, strategy: str, seed: int, began: float, **options: Any) -> bool:
+        """Count a search's executions into the slice's; True, with its finding kept, when it
+        failed (``began``: when, into the slice, it started; shrinking is not counted)."""
+        self.executions += found.executions
+        self.operations += found.operations
+        if found.failure is None:
+            return False
+        self.finding = scenario_finding(found.failure, strategy, seed, began + found.elapsed_s, **options)
+        return True
 
 
 def scenario_config(target: FuzzTarget) -> ScenarioConfig:
@@ -200,22 +210,14 @@ def _random(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]
         # A schedule is shrunk within search's own cap (SHRINK_BUDGET_S).
         motif = replace(config, scenario=turn.programs[at])
         found = search(motif, scheduler, max_executions=1, budget_s=left)
-        result.executions += found.executions
-        result.operations += found.operations
-        if found.failure is not None:
-            result.finding = scenario_finding(
-                found.failure, "random", seed, began + found.elapsed_s, fixed_scenario=True
-            )
+        if result.took(found, "random", seed, began, fixed_scenario=True):
             return result
         left = budget_s - (time.monotonic() - start)
         if first_pass or left <= 0:
             continue  # the first pass runs the motifs back to back
         began = time.monotonic() - start
         found = search(config, drawn, max_executions=MOTIF_EVERY - 1, budget_s=left)
-        result.executions += found.executions
-        result.operations += found.operations
-        if found.failure is not None:
-            result.finding = scenario_finding(found.failure, "random", seed, began + found.elapsed_s)
+        if result.took(found, "random", seed, began):
             return result
     return result
 
@@ -310,13 +312,7 @@ def _delay(
             left = budget_s - (time.monotonic() - start)
             began = time.monotonic() - start
             found = search(config, scheduler, max_executions=DELAY_CAP, budget_s=max(left, 1e-3))
-        result.executions += found.executions
-        result.operations += found.operations
-        if found.failure is not None:
-            # Shrinking excluded from the time, as for the other strategies.
-            result.finding = scenario_finding(
-                found.failure, "delay", seed, began + found.elapsed_s, fixed_scenario=True
-            )
+        if result.took(found, "delay", seed, began, fixed_scenario=True):
             return result
         if scheduler.exhausted:
             del state.searches[state.next]
