@@ -283,8 +283,61 @@ def test_condition_wait_for_returns_when_predicate_turns_true() -> None:
 def test_condition_rejects_a_real_lock() -> None:
     """A cooperative Condition over a real lock raises TypeError naming the lock's type."""
     real = threading.Lock()
-    with pytest.raises(TypeError, match="cooperative lock, got lock"):
-        _coop.Condition(real)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cooperative lock, got a real lock made where kvstress"):
+        _coop.Condition(real)
+
+
+class OwnLock:
+    """A lock class of the caller's own: acquire, release and the with-statement only."""
+
+    def __init__(self) -> None:
+        self._inner = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._inner.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._inner.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def condition_over_lock_likes_protocol() -> list[object]:
+    """``Condition(Condition())`` (the two share the inner one's lock) and a Condition over a
+    lock class of one's own, as threading takes them: a wait that times out, a notified
+    waiter, and a notify without the lock."""
+    seen: list[object] = []
+    for make in (lambda: threading.Condition(threading.Condition()), lambda: threading.Condition(OwnLock())):
+        cond = make()
+        with cond:
+            seen.append(cond.wait(timeout=SHORT))
+        ready: list[int] = []
+        got: list[bool] = []
+
+        def waiter(cond: Any = cond, ready: list[int] = ready, got: list[bool] = got) -> None:
+            with cond:
+                got.append(cond.wait_for(lambda: ready, timeout=100))
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        with cond:
+            ready.append(1)
+            cond.notify()
+        thread.join()
+        seen += [got, outcome(cond.notify)]
+    return seen
+
+
+def test_a_condition_over_another_condition_or_an_own_lock_behaves_as_threading_s() -> None:
+    """A correct pool made so (a blind sweep's housekeeper shared the pool's lock through a
+    Condition over the pool's Condition) raised TypeError under control, reported as a crash."""
+    assert same_as_stdlib(condition_over_lock_likes_protocol) == [
+        False, [[1]], RuntimeError, False, [[1]], RuntimeError,
+    ]  # fmt: skip
 
 
 # -- Semaphore and BoundedSemaphore --------------------------------------------------------------

@@ -181,17 +181,68 @@ class RLock(Lock):
         self._count = saved
 
 
-class Condition(_Primitive):
-    """``threading.Condition`` over a cooperative lock (an RLock when none is given)."""
+_REAL_LOCKS = (type(_threading.Lock()), type(_threading.RLock()))
 
-    def __init__(self, lock: Lock | None = None) -> None:
+
+class _LockLike:
+    """A lock of the pool's own (any object with ``acquire`` and ``release``, such as a wrapper
+    around a cooperative lock) under a Condition, as ``threading.Condition`` takes one: its own
+    ``_release_save``, ``_acquire_restore`` and ``_is_owned`` where it has them, else owned
+    when a non-blocking acquire fails."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.acquire = lock.acquire
+        self.release = lock.release
+
+    def __enter__(self) -> Any:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _release_save(self) -> Any:
+        own = getattr(self.lock, "_release_save", None)
+        if own is not None:
+            return own()
+        self.release()
+        return None
+
+    def _acquire_restore(self, saved: Any) -> None:
+        own = getattr(self.lock, "_acquire_restore", None)
+        if own is not None:
+            own(saved)
+        else:
+            self.acquire()
+
+    def _is_owned(self, me: ControlledThread | None) -> bool:
+        own = getattr(self.lock, "_is_owned", None)
+        if own is not None:
+            return bool(own())
+        if self.acquire(False):
+            self.release()
+            return False
+        return True
+
+
+class Condition(_Primitive):
+    """``threading.Condition`` over a cooperative lock (an RLock when none is given), another
+    Condition's lock (``Condition(Condition())``, as threading allows), or a lock-like object of
+    the pool's own."""
+
+    def __init__(self, lock: Any = None) -> None:
         super().__init__("Condition")
-        if lock is not None and not isinstance(lock, Lock):
+        if isinstance(lock, Condition):
+            lock = lock._lock  # threading's Condition takes the other's lock methods as its own
+        elif isinstance(lock, _REAL_LOCKS):
             raise TypeError(
-                f"a controlled run's Condition needs a cooperative lock, got {type(lock).__name__}: "
-                "create the lock inside the run, from the patched threading module"
+                f"a controlled run's Condition needs a cooperative lock, got a real "
+                f"{type(lock).__name__} made where kvstress does not reach (by a module it does not "
+                "patch, or through _thread): make it with the threading module, in the pool's code"
             )
-        self._lock = lock if lock is not None else RLock()
+        elif lock is not None and not isinstance(lock, Lock):
+            lock = _LockLike(lock)
+        self._lock: Lock | _LockLike = lock if lock is not None else RLock()
         self.acquire = self._lock.acquire
         self.release = self._lock.release
 
