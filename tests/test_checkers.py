@@ -130,10 +130,13 @@ def test_misuse_must_raise() -> None:
 
 
 def test_timeout_early_and_late() -> None:
-    """None before the timeout is early; any answer past deadline + bound + slack is late."""
+    """None before the timeout is early, and a None at all for a timeout of None (no limit); any
+    answer past deadline + bound + slack is late."""
     checkers.check_timeout(0.05, False, 0.0501, 0.0501, 0.0, POLICY)
     checkers.check_timeout(0.05, True, 0.001, 0.001, 0.0, POLICY)
-    checkers.check_timeout(None, False, 0.0, 0.0, 0.0, POLICY)
+    checkers.check_timeout(None, True, 30.0, 30.0, 0.0, POLICY)
+    with raises("timeout-early"):
+        checkers.check_timeout(None, False, 0.0, 0.0, 0.0, POLICY)
     checkers.check_timeout(0, False, 0.0, 0.0, 0.0, POLICY)
     with raises("timeout-early"):
         checkers.check_timeout(0.05, False, 0.005, 0.005, 0.0, POLICY)

@@ -189,10 +189,10 @@ def test_a_delay_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None
 
 
 def test_motifs_cover_the_protocol_pairs_and_grow_with_the_pool() -> None:
-    """Twelve motifs for threads, fourteen with cancellation for async; on real time the ones
+    """Thirteen motifs for threads, fifteen with cancellation for async; on real time the ones
     whose waiters park for a second of virtual time are left out; a larger pool is drained."""
-    assert len(motifs(2, False)) == 12 and len(motifs(2, True)) == 14
-    assert len(motifs(2, False, virtual=False)) == 11 and len(motifs(2, True, virtual=False)) == 12
+    assert len(motifs(2, False)) == 13 and len(motifs(2, True)) == 15
+    assert len(motifs(2, False, virtual=False)) == 12 and len(motifs(2, True, virtual=False)) == 13
     assert any(len(program) == 5 + 4 for m in motifs(4, False) for program in m.programs)
 
 

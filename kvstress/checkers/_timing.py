@@ -78,10 +78,18 @@ def check_timeout(
     backoff_bound: float,
     policy: TimingPolicy,
 ) -> None:
-    """A None comes no earlier than the timeout (on the wall clock, ``elapsed``); no answer comes
-    later than deadline + bound + slack (counting only time Python code could run,
-    ``elapsed_running``: the wall time less garbage collection)."""
+    """A None comes no earlier than the timeout (on the wall clock, ``elapsed``), and never for
+    a timeout of None (no limit); no answer comes later than deadline + bound + slack (counting
+    only time Python code could run, ``elapsed_running``: the wall time less garbage
+    collection)."""
     if timeout is None:
+        if not got_block:  # no limit: there is no time to be up
+            raise InvariantViolation(
+                "timeout-early",
+                f"acquire(timeout=None) returned None after {elapsed:.6f} s"
+                f"{' of virtual time' if policy.virtual else ''}: with no timeout it must wait for a "
+                "block (a timeout of None taken for 0, as `if not timeout:` does)",
+            )
         return
     if not got_block and elapsed < timeout - policy.early_tolerance - policy.early_ratio * timeout:
         raise InvariantViolation(

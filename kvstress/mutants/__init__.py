@@ -53,6 +53,7 @@ from kvstress.mutants._mutants_clh import ClhNoPropagatePool as ClhNoPropagatePo
 from kvstress.mutants._mutants_condvar import CheckThenPollPool as CheckThenPollPool
 from kvstress.mutants._mutants_condvar import FullTimeoutEachWakePool as FullTimeoutEachWakePool
 from kvstress.mutants._mutants_condvar import LockLeakPool as LockLeakPool
+from kvstress.mutants._mutants_condvar import NoneMeansTryOncePool as NoneMeansTryOncePool
 from kvstress.mutants._mutants_condvar import PartialResetPool as PartialResetPool
 from kvstress.mutants._mutants_condvar import PreferredBlockPool as PreferredBlockPool
 from kvstress.mutants._mutants_condvar import ResetAfterOfferPool as ResetAfterOfferPool

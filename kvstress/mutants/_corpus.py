@@ -45,6 +45,7 @@ from kvstress.mutants._mutants_condvar import (
     CheckThenPollPool,
     FullTimeoutEachWakePool,
     LockLeakPool,
+    NoneMeansTryOncePool,
     PartialResetPool,
     PreferredBlockPool,
     ResetAfterOfferPool,
@@ -207,6 +208,7 @@ MUTANTS: tuple[type, ...] = (
     FullTimeoutEachWakePool,
     SilentReleasePool,
     LockLeakPool,
+    NoneMeansTryOncePool,
     # PollingCasPool (threads)
     CounterRacePool,
     ReservedCountPool,

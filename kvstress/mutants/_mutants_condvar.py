@@ -117,6 +117,18 @@ class SilentReleasePool(CondvarPool):
         pass  # BUG: self._not_empty.notify() is missing
 
 
+class NoneMeansTryOncePool(CondvarPool):
+    """acquire reads its timeout with ``if not timeout:`` to mean "do not wait": a timeout of
+    None (no limit) gives up at once at an exhausted pool, where its caller waits for ever."""
+
+    expected = ("timeout-early",)
+
+    def _until_free(self, timeout: float | None) -> bool:
+        if not timeout:  # BUG: None (no limit) is taken for 0 (try once)
+            return bool(self._free)
+        return super()._until_free(timeout)
+
+
 class LockLeakPool(CondvarPool):
     """Release takes the lock by hand, and the early return for a block that is still shared
     skips the unlock at the bottom: the next operation on the pool blocks forever."""

@@ -22,6 +22,7 @@ from the protocol alone, not from any pool's code, the shortest first:
   updates of unrelated blocks);
 - an acquirer paused inside its take while another takes two blocks and gives the first back
   (ABA on a free list's head);
+- a waiter with no time limit (``acquire(None)``) at an exhausted pool, a block back soon after;
 - for async pools: a waiter cancelled as its block is handed to it, alone, and with another
   waiter parked beside it that must then get the block;
 - a waiter whose deadline lands as its block is handed to it, with another parked beside it.
@@ -75,6 +76,9 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
         # lock-free head compared by pointer alone). One delay: the paused take resumes once
         # the other worker is done.
         _of([("acquire", 0.0)], [("acquire", 0.0), ("acquire", 0.0), ("release", "oldest")]),
+        # A waiter with no time limit at an exhausted pool, a block back a moment later: it
+        # must wait for it (a None taken for 0 by `if not timeout:` gives up at once).
+        _of([*take_all, ("sleep", SETTLE), ("release", None)], [("sleep", SETTLE / 2), ("acquire", None)]),
     ]
     if is_async:
         found.append(

@@ -2,8 +2,9 @@
 
 A step is ``(kind, argument)``, as ``Scenarios.run_program`` runs it:
 
-- ``("acquire", timeout)``: acquire with a finite timeout; on success mark it in use and write a
-  fresh canary over it;
+- ``("acquire", timeout)``: acquire with a timeout (finite in drawn scenarios; ``None``, no
+  limit, only in a motif where a block is sure to come back); on success mark it in use and
+  write a fresh canary over it;
 - ``("release", None)``: verify the canary of the worker's newest block, then release it;
   ``("release", "oldest")`` does so with its oldest (a request that frees its first block
   while it keeps a later one);
