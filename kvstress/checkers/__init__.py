@@ -19,5 +19,6 @@ from kvstress.checkers._transitions import check_refcount as check_refcount
 from kvstress.checkers._transitions import check_refcount_at_least as check_refcount_at_least
 from kvstress.checkers._transitions import check_release_accounting as check_release_accounting
 from kvstress.checkers._transitions import check_release_result as check_release_result
+from kvstress.checkers._transitions import check_stale_refused as check_stale_refused
 from kvstress.checkers._transitions import check_state as check_state
 from kvstress.checkers._wakeups import check_wakeups as check_wakeups

@@ -101,6 +101,30 @@ def check_double_release(block_id: int, returned: object, before: object, after:
         )
 
 
+def check_stale_refused(
+    block_id: int, operation: str, raised: bool, returned: object, before: object, after: object
+) -> None:
+    """retain, mark_in_use or release through the handle of a block's earlier tenancy, while
+    the block is held again through another handle, is refused (retain and mark_in_use raise,
+    release answers False or raises) and changes nothing."""
+    what = (
+        f"{operation} of block {block_id} through a stale handle (its earlier tenancy's; the block "
+        "is held again, through another handle)"
+    )
+    release = operation == "release"
+    kind = "double-release" if release else "illegal-transition"
+    if release and not raised and returned is not False:
+        raise InvariantViolation(
+            kind, f"{what} returned {returned!r}, not False: it would free another holder's block"
+        )
+    if not release and not raised:
+        raise InvariantViolation(kind, f"{what} did not raise")
+    if before != after:
+        raise InvariantViolation(
+            kind, f"{what} changed the pool: (free_count, free_ids) went from {before} to {after}"
+        )
+
+
 def check_misuse_raised(block_id: int, operation: str, raised: bool, state: BlockState) -> None:
     """retain or mark_in_use on a block that is not held must raise."""
     if not raised:

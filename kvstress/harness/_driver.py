@@ -162,6 +162,11 @@ class PoolDriver(Scenarios):
         """retain or mark_in_use on a block nobody holds: it must raise."""
         self._dispatch(holder, lambda: self.op_misuse(holder, block_id, operation), self._bound(0))
 
+    def stale_use(self, holder: str, block_id: int, operation: str) -> None:
+        """retain, mark_in_use or release through the handle of the block's previous tenancy
+        while it is held again: it must be refused and change nothing."""
+        self._dispatch(holder, lambda: self.op_stale_use(holder, block_id, operation), self._bound(0))
+
     @property
     def cancels_tasks(self) -> bool:
         """Whether the ``*_task_cancelled`` steps apply: an async pool on asyncio."""

@@ -48,6 +48,9 @@ class Ledger:
         self.lock = HarnessLock(reentrant=True)
         self.open: dict[int, Tenancy] = {}
         self.handles: dict[int, object] = {}
+        # The handle of each block's tenancy before its latest, where the pool gave that one a
+        # handle of its own (a stale handle to try while the block is held again).
+        self.previous: dict[int, object] = {}
         self.ended: Counter[int] = Counter()  # tenancies whose last reference was released
         self.returned: Counter[int] = Counter()  # releases that answered True
         self._tenancies: Counter[int] = Counter()
@@ -61,6 +64,9 @@ class Ledger:
         """Record an acquire's return. Returns the tenancy it collides with, if the block is held."""
         with self.lock:
             clash = self.open.get(block_id)
+            earlier = self.handles.get(block_id)
+            if earlier is not None and earlier is not handle:
+                self.previous[block_id] = earlier
             self.handles[block_id] = handle
             if clash is not None:
                 return clash

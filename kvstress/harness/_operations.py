@@ -397,6 +397,29 @@ class Operations:
         self.history.end(index, self._stamp(), "ok")
         checkers.check_misuse_raised(block_id, operation, False, state)
 
+    async def op_stale_use(self, holder: str, block_id: int, operation: str) -> None:
+        """retain, mark_in_use or release through the handle of the block's previous tenancy,
+        while the block is held again through another: refused, and nothing changes (the quiet
+        check after it reads the holder's refcount and state). Not judged for a pool that gives
+        every tenancy the same handle: it cannot tell the two holders apart."""
+        stale = self.ledger.previous.get(block_id)
+        if stale is None or block_id not in self.ledger.open or stale is self.ledger.handles.get(block_id):
+            return
+        before = (self.pool.free_count(), list(self.pool.free_ids()))
+        index = self.history.begin(holder, operation, {"block": block_id, "stale": True}, self._stamp())
+        raised, returned = False, None
+        try:
+            returned = getattr(self.pool, operation)(stale)
+            if inspect.isawaitable(returned):
+                returned = await returned
+        except Exception as exc:
+            raised = True
+            self.history.end(index, self._stamp(), "raised", f"{type(exc).__name__}: {exc}")
+        else:
+            self.history.end(index, self._stamp(), "ok", returned)
+        after = (self.pool.free_count(), list(self.pool.free_ids()))
+        checkers.check_stale_refused(block_id, operation, raised, returned, before, after)
+
     async def op_check_quiet(self) -> None:
         """Queue, counter, conservation, states and refcounts of held blocks."""
         index = self.history.begin("harness", "check", {}, self._stamp())

@@ -197,6 +197,12 @@ class PoolMachine(RuleBasedStateMachine):
         if self._unheld(ref):
             self._do(lambda: self.driver.misuse(ref.holder, ref.block, operation))
 
+    def stale_use(self, ref: Ref, operation: str) -> None:
+        """Not a rule (the contract's step): ``operation`` through the handle that ``ref`` (a
+        released reference) held, once its block is held again through another handle."""
+        if self.violation is None and ref.block in self.driver.ledger.open:
+            self._do(lambda: self.driver.stale_use(ref.holder, ref.block, operation))
+
     @rule(target=blocks, ref=consumes(blocks), waiter=holders, cancel=st.booleans())
     @recorded("blocks")
     def waiter_woken_by_release(self, ref: Ref, waiter: str, cancel: bool) -> Ref:
