@@ -35,14 +35,26 @@ def test_the_helpers_two_imports_away_are_reached() -> None:
 
 
 def test_a_fuzz_target_takes_the_helpers_as_code_under_test() -> None:
+    """Those three, and a helper of the user's that imports no concurrency at all (a counter
+    class): its lines run inside the pool's operations."""
     target = load_target("pools.split.pools:SplitPool")
     assert {"pools.split.pools", "pools.split.freelist", "pools.split.deadline"} <= set(target.pool_modules)
+    assert "pools.split.tally" in target.pool_modules
+
+
+def test_a_race_in_a_helper_that_imports_no_concurrency_is_found(tmp_path: Path) -> None:
+    """A blind sweep's counter class in a module of its own, moved outside the pool's lock, was
+    missed on seeds 0-3: the module imported nothing of threading, so none of its lines was a
+    scheduling point."""
+    outcome = run("TallyRacePool", tmp_path, FIND_BUDGET_S, 0)
+    assert outcome.finding is not None  # type: ignore[attr-defined]
+    assert outcome.finding.violation.invariant in ("counter-mismatch", "lost-block")  # type: ignore[attr-defined]
 
 
 # Seeds 1 and 2 each raised a false alarm within a second on every one of these pools while
 # only the pool class's own module was controlled (timeout-early, hang).
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("name", ["SplitPool", "DataclassPool", "AsyncSplitPool"])
+@pytest.mark.parametrize("name", ["SplitPool", "DataclassPool", "AsyncSplitPool", "TalliedPool"])
 def test_a_correct_split_pool_is_clean(name: str, seed: int, tmp_path: Path) -> None:
     outcome = run(name, tmp_path, CLEAN_BUDGET_S, seed)
     assert outcome.finding is None, outcome.finding.violation.details()  # type: ignore[attr-defined]

@@ -42,10 +42,13 @@ MAX_MODULES = 256
 
 
 def reached_modules(
-    roots: Iterable[types.ModuleType], api: frozenset[str] = CONCURRENCY_API
+    roots: Iterable[types.ModuleType], api: frozenset[str] = CONCURRENCY_API, *, own_code: bool = False
 ) -> tuple[types.ModuleType, ...]:
     """The modules reached from ``roots`` (see the module's docstring), roots excluded, that use
-    ``api``, in the order they were reached."""
+    ``api``, in the order they were reached; with ``own_code``, also every reached module of
+    the user's own (the roots' top-level packages, or outside the installed packages) whatever
+    it imports: a helper that only computes (a counter class, a free-list of plain lists) runs
+    inside the pool's operations, and its lines are where real threads switch too."""
     roots = tuple(roots)
     seen = {module.__name__ for module in roots}
     tops = {module.__name__.partition(".")[0] for module in roots}
@@ -57,9 +60,10 @@ def reached_modules(
             if name in seen or left_alone(name):
                 continue
             seen.add(name)
-            if uses_api(module, api):
+            own = name.partition(".")[0] in tops or not _installed(module)
+            if uses_api(module, api) or (own_code and own):
                 found[name] = module
-            if name.partition(".")[0] in tops or not _installed(module):
+            if own:
                 frontier.append(module)
     return tuple(found.values())
 

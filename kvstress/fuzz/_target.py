@@ -44,8 +44,8 @@ class FuzzTarget:
     backend: str = "asyncio"  # async pools: the event loop library
     # The modules of the built pool's class and its bases, and of the factory: the code under
     # test even where the factory is a function in another module, or a functools.partial; and
-    # the user's modules they reach that make primitives or read the clock (``reached_modules``:
-    # a free list, a block class, a deadline helper of their own).
+    # the user's modules they reach (``reached_modules``: a free list, a block class, a deadline
+    # helper, a counter class of their own), whose lines are scheduling points too.
     pool_modules: tuple[str, ...] = ()
 
     @property
@@ -96,7 +96,7 @@ def load_target(
     if is_async:
         _check_backend(spec, factory, blocks, shape, backend)
     roots = resolve_modules((type(pool), factory))
-    pool_modules = tuple(module.__name__ for module in (*roots, *reached_modules(roots)))
+    pool_modules = tuple(module.__name__ for module in (*roots, *reached_modules(roots, own_code=True)))
     return FuzzTarget(spec, factory, is_async, blocks, shape, backend, pool_modules)
 
 

@@ -19,6 +19,7 @@ import torch
 from kvstress import BlockState
 from pools.split.block import LockedBlock, make_blocks
 from pools.split.freelist import AsyncFreeList, CountedFreeList, FreeList
+from pools.split.tally import Tally
 
 
 class SplitPool:
@@ -89,6 +90,42 @@ class SplitLostCountPool(SplitPool):
 
     def free_count(self) -> int:
         return self._free.count  # type: ignore[attr-defined,no-any-return]
+
+
+class TalliedPool(SplitPool):
+    """``SplitPool`` whose free counter is a ``tally.Tally``, moved under a lock of the pool's."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tally = Tally(self.num_blocks)
+        self._tally_lock = threading.Lock()
+
+    def acquire(self, timeout: float | None = None) -> LockedBlock | None:
+        block = super().acquire(timeout)
+        if block is not None:
+            self._count(-1)
+        return block
+
+    def release(self, block: LockedBlock) -> bool:
+        back = super().release(block)
+        if back:
+            self._count(1)
+        return back
+
+    def _count(self, delta: int) -> None:
+        with self._tally_lock:
+            self._tally.add(delta)
+
+    def free_count(self) -> int:
+        return self._tally.count
+
+
+class TallyRacePool(TalliedPool):
+    """The tally moved without the lock: two moves at once lose one (the race is in the helper,
+    whose module imports nothing a scheduler would look for)."""
+
+    def _count(self, delta: int) -> None:
+        self._tally.add(delta)
 
 
 @dataclass
