@@ -278,9 +278,10 @@ class ThreadConditionIfNotWhilePool(ThreadConditionPool):
 
 
 class ThreadQueuePutBeforeResetPool(ThreadQueuePool):
-    """release puts the block back, then zeroes it: a waiter gets it dirty."""
+    """release puts the block back, then zeroes it: a waiter gets it dirty, or takes it before
+    the reset and then holds a block the reset marks FREE under it."""
 
-    expected = ("dirty-read",)
+    expected = ("dirty-read", "illegal-transition")
 
     def release(self, block: Block) -> bool:
         if not self._last_reference(block):
