@@ -430,3 +430,21 @@ def test_a_schedule_that_never_ends_is_a_finding_not_a_hang() -> None:
 
     with pytest.raises(TimeLimitExceeded, match="virtual time would pass 3600 s"):
         kvstress.explore(stuck_threads, schedules=3, strategy="random", seed=0)
+
+
+def test_a_schedule_that_never_ends_on_trio_is_a_finding_not_a_hang() -> None:
+    """On trio too (its clock is trio's own, with no limit of its own: a blind user's test ran
+    on past 60,000 virtual seconds until it was killed)."""
+    import trio
+
+    async def stuck() -> None:
+        async def watchdog() -> None:
+            while True:
+                await trio.sleep(1.0)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watchdog)
+            await trio.Event().wait()  # nobody sets it
+
+    with pytest.raises(TimeLimitExceeded, match="virtual time passed 3600 s"):
+        kvstress.explore(stuck, schedules=2, strategy="random", seed=0, backend="trio")

@@ -225,3 +225,31 @@ def test_a_bad_replay_string_is_a_usage_error(pytester: pytest.Pytester) -> None
     assert (
         "--kvstress-replay: schedule is corrupt: '!' is not a urlsafe base64 character" in result.stderr.str()
     )
+
+
+NEVER_ENDS = """
+import asyncio
+
+import pytest
+
+
+@pytest.mark.kvstress_explore(schedules=3, strategy="random", seed=0)
+@pytest.mark.asyncio
+async def test_never_ends():
+    async def watchdog():
+        while True:
+            await asyncio.sleep(1.0)
+
+    ticking = asyncio.create_task(watchdog())
+    await asyncio.Event().wait()  # nobody sets it
+    ticking.cancel()
+"""
+
+
+def test_a_pytest_asyncio_test_that_never_ends_fails_at_an_hour(pytester: pytest.Pytester) -> None:
+    """The pytest-asyncio marker's loop is bounded as explore's own is: it ran on for ever."""
+    pytester.makeini(INI)
+    pytester.makepyfile(test_never=NEVER_ENDS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*TimeLimitExceeded*virtual time would pass 3600 s*"])

@@ -157,12 +157,27 @@ def search(
 
 
 def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
-    """One execution on trio: the scheduler's one value seeds it."""
-    from kvstress.controlled import seeded_trio_run
+    """One execution on trio: the scheduler's one value seeds it; cancelled, and failed with
+    ``TimeLimitExceeded``, at ``MAX_TIME_S`` of virtual time, as the asyncio loop is."""
+    import trio
+
+    from kvstress.controlled import TimeLimitExceeded, seeded_trio_run
 
     if not scheduler.new_execution():
         raise SchedulerExhausted(f"{type(scheduler).__name__} has no execution left to run")
-    seeded_trio_run(fn, seed=scheduler.next_u64())
+
+    async def bounded() -> None:
+        with trio.move_on_after(MAX_TIME_S) as scope:
+            await fn()
+        if scope.cancelled_caught:
+            raise TimeLimitExceeded(
+                f"virtual time passed {MAX_TIME_S:g} s: something keeps waiting or polling long "
+                "past every timeout it was given (or keeps its deadline on the real clock, in a "
+                "module kvstress does not control: one imported inside a function; pass it in "
+                "modules)"
+            )
+
+    seeded_trio_run(bounded, seed=scheduler.next_u64())
 
 
 def _not_awaitable(fn: Callable[[], Any]) -> Any:

@@ -119,9 +119,12 @@ class ExploredTests:
             return asyncio.new_event_loop()
         from kvstress.audit._core import violations_mark
         from kvstress.controlled import ControlledEventLoop, SchedulerExhausted
+        from kvstress.explorer._run import MAX_TIME_S
 
         try:
-            loop = run.loop = ControlledEventLoop(scheduler)
+            # Bounded in virtual time as explore's own loop is: a task waiting for ever beside a
+            # ticking watchdog fails at an hour, where the marker's loop ran on for ever.
+            loop = run.loop = ControlledEventLoop(scheduler, max_time=MAX_TIME_S)
             run.audit_mark = violations_mark()
         except SchedulerExhausted:
             run.exhausted = True  # DFS ran every schedule: this copy's call is not made
