@@ -53,6 +53,16 @@ audited one-block calls)."""
 PROTOCOL = ("num_blocks", "acquire", "mark_in_use", "retain", "release", "free_count", "free_ids")
 
 
+def _held_before(pool: Any, num_blocks: int) -> set[int]:
+    """The blocks not in the pool's free queue as the audit begins (none where the queue cannot
+    be read): held by code that ran before it, not by a caller of the audit."""
+    try:
+        free = set(pool.free_ids())
+    except Exception:
+        return set()
+    return {block for block in range(num_blocks) if block not in free}
+
+
 class AuditCore:
     """The ledger, the checks, and the first violation found (``close()`` raises it again)."""
 
@@ -69,6 +79,7 @@ class AuditCore:
         self.pool = pool
         self.num_blocks: int = pool.num_blocks
         self._ledger = AuditLedger(self.num_blocks, history)
+        self._ledger.outside = _held_before(pool, self.num_blocks)
         self._stack_limit = stack_limit
         self._quiet = QuietCheck(self, queue_check_every)
         self._first: InvariantViolation | None = None

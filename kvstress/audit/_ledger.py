@@ -83,6 +83,10 @@ class AuditLedger:
         self.lock: Any = HarnessLock() if active_controller() is not None else threading.Lock()
         self.open: dict[int, Lease] = {}
         self.latest: dict[int, Lease] = {}
+        # Blocks not in the free queue when the audit began (held by code that ran before it,
+        # a prefix cache warmed at startup): held outside the audit until the queue has them
+        # again or the pool hands them out through the audit.
+        self.outside: set[int] = set()
         self.in_flight = 0
         self.begun = 0
         self.since_full_check = 0  # calls ended since the last full quiet check
@@ -127,6 +131,7 @@ class AuditLedger:
         with if the block is held, the block's previous lease)."""
         clash = self.open.get(block_id)
         previous = self.latest.get(block_id)
+        self.outside.discard(block_id)
         lease = Lease(block_id, 1 if previous is None else previous.number + 1, inner, holder, stack)
         self.latest[block_id] = lease
         if clash is None:

@@ -53,7 +53,7 @@ class QuietCheck:
         ledger = self._audit._ledger
         if ledger.in_flight:
             return None
-        return ledger.begun, len(ledger.open), ledger.since_full_check >= self.every
+        return ledger.begun, len(ledger.open) + len(ledger.outside), ledger.since_full_check >= self.every
 
     def run(self, due: Due) -> None:
         """The O(1) counter check, and the full one when it is due or the counter disagrees."""
@@ -77,6 +77,7 @@ class QuietCheck:
                 for b, lease in ledger.open.items()
             }
             handles = {b: lease.inner for b, lease in ledger.latest.items()}
+            outside = set(ledger.outside)
         try:
             count, ids, states, refcounts = self._read(handles, held)
         except Exception as error:
@@ -86,8 +87,10 @@ class QuietCheck:
         with ledger.lock:
             if ledger.begun != begun:
                 return  # a call overlapped the reads: this was no quiet point after all
+            outside -= set(ids)  # given back outside the audit, by whoever held them before it
+            ledger.outside &= outside
         try:
-            _check(audit.num_blocks, count, ids, states, refcounts, held)
+            _check(audit.num_blocks, count, ids, states, refcounts, held, outside)
         except InvariantViolation as found:
             raise audit.violation(
                 found.invariant, f"{found.message} (a pool bug, seen at a quiet point)"
@@ -119,18 +122,22 @@ def _check(
     states: dict[int, BlockState],
     refcounts: dict[int, Any],
     held: dict[int, Held],
+    outside: frozenset[int] | set[int] = frozenset(),
 ) -> None:
     checkers.check_queue(ids, num_blocks, states)
     checkers.check_held_not_queued(ids, {b: lease.holders for b, lease in held.items()})
     # A block nobody holds, not queued, and RELEASING or FREE is on its way back: a pool may
     # finish a release after it returned (a worker thread, a task, a stream callback), and the
     # audit cannot wait for it inside the caller's call. Only a block left in a held state
-    # without a holder is lost here; the harness finds the rest.
-    away = checkers.on_its_way_back(num_blocks, held, ids)
+    # without a holder is lost here; the harness finds the rest. A block held since before the
+    # audit began is held (``outside``).
+    away = checkers.on_its_way_back(num_blocks, set(held) | outside, ids)
     in_transit = {b for b in away if b in states and states[b] not in HELD_STATES}
-    checkers.check_conservation(num_blocks, set(held) | in_transit, ids)
-    # A block whose state was not read counts as FREE: only the states read can say otherwise.
+    checkers.check_conservation(num_blocks, set(held) | outside | in_transit, ids)
+    # A block whose state was not read counts as FREE: only the states read can say otherwise
+    # (a block held since before the audit, with no handle through it, is not FREE).
     not_free = sum(1 for b, state in states.items() if state is not BlockState.FREE and 0 <= b < num_blocks)
+    not_free += sum(1 for b in outside if b not in states)
     if not in_transit:  # a pool still finishing a release is not at rest: its counter may lead
         checkers.check_counter(count, ids, num_blocks - not_free)
     for block_id, lease in held.items():
