@@ -670,3 +670,20 @@ def test_a_wait_recomputed_from_its_start_ends_on_virtual_time() -> None:
     rounds, exact = run_controlled(recomputing, RandomScheduler(seed=0), max_steps=20 * CREEP_AFTER)
     assert exact == 0.25
     assert rounds <= CREEP_AFTER
+
+
+def test_an_asyncio_sleep_read_back_is_never_short() -> None:
+    """``loop.time() - t0`` after ``asyncio.sleep(d)`` is at least ``d`` (see the baton's test)."""
+
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        short = []
+        await asyncio.sleep(0.01)
+        for d in (0.002, 0.004, 0.003, 0.001, 0.0007, 0.05) * 20:
+            t0 = loop.time()
+            await asyncio.sleep(d)
+            if loop.time() - t0 < d:
+                short.append(d)
+        return short
+
+    assert run_controlled(main, RandomScheduler(seed=0)) == []

@@ -737,3 +737,21 @@ def test_lock_never_released_is_a_deadlock_naming_its_holder() -> None:
 def test_the_cooperative_wall_clock_is_the_real_one_outside_a_run() -> None:
     """Outside a controlled thread ``time.time`` of a cooperative module is the real wall clock."""
     assert abs(_coop.time() - time.time()) < 1.0
+
+
+def test_a_sleep_read_back_on_the_virtual_clock_is_never_short() -> None:
+    """``monotonic() - t0`` after ``sleep(d)`` is at least ``d``, as on every real clock: the
+    virtual instant is not ``t0 + d`` rounded down (0.003999999999999997 for 0.004 failed a
+    blind user's own check that a sleep lasts its length)."""
+
+    def main() -> list[float]:
+        short = []
+        time.sleep(0.01)  # away from 0, where t0 + d - t0 is exact
+        for d in (0.002, 0.004, 0.003, 0.001, 0.0007, 0.05) * 20:
+            t0 = time.monotonic()
+            time.sleep(d)
+            if time.monotonic() - t0 < d:
+                short.append(d)
+        return short
+
+    assert run(main) == []

@@ -88,9 +88,16 @@ def later(now: float, seconds: float) -> float:
     """The virtual instant ``seconds`` after ``now``: at least the next float after ``now`` when
     ``seconds > 0``. A timeout recomputed as ``timeout - (now - start)`` leaves a remainder such
     as 1.4e-17 where a real clock would have moved on; added to ``now`` it rounds back to
-    ``now``, time never moves, and the waiter would spin for ever on a correct pool."""
+    ``now``, time never moves, and the waiter would spin for ever on a correct pool. And never
+    short as read back: ``now + seconds`` may round down, so that ``later - now`` is a hair under
+    ``seconds`` (0.003999999999999997 for a sleep of 0.004), and a test of the caller's own that
+    a sleep lasts at least its length, true of every real clock, would fail."""
+    if seconds <= 0:
+        return now + seconds
     when = now + seconds
-    return when if when > now or seconds <= 0 else math.nextafter(now, math.inf)
+    while when - now < seconds:
+        when = math.nextafter(when, math.inf)
+    return when if when > now else math.nextafter(now, math.inf)
 
 
 class ControlledEventLoop(asyncio.SelectorEventLoop):
