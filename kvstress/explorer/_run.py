@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import inspect
+import math
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -167,7 +168,9 @@ def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
         raise SchedulerExhausted(f"{type(scheduler).__name__} has no execution left to run")
 
     async def bounded() -> None:
-        with trio.move_on_after(MAX_TIME_S) as scope:
+        # Just past the hour, as the asyncio loop stops only at a timer beyond it: a schedule
+        # that ends at the hour exactly is not cut.
+        with trio.move_on_after(math.nextafter(MAX_TIME_S, math.inf)) as scope:
             await fn()
         if scope.cancelled_caught:
             raise TimeLimitExceeded(
