@@ -687,3 +687,23 @@ def test_an_asyncio_sleep_read_back_is_never_short() -> None:
         return short
 
     assert run_controlled(main, RandomScheduler(seed=0)) == []
+
+
+def test_a_callback_that_queues_itself_again_yields_to_what_else_is_ready() -> None:
+    """anyio re-delivers a cancellation with ``call_soon`` until the task takes it. Under PCT's
+    priorities the retry ran again and again, up to the fairness bound: a thousand steps for
+    each cancellation (a blind user's monitor, ticking in ``move_on_after(0.05)``, cost 115 ms of
+    CPU a virtual second). It now yields at once, as on a stock loop's one FIFO queue."""
+
+    async def main() -> int:
+        cancelled = 0
+        for _ in range(20):
+            with anyio.move_on_after(0.01) as scope:
+                await anyio.sleep(1)
+            cancelled += scope.cancelled_caught
+        return cancelled
+
+    for seed in range(3):
+        recording = Recording(PCTScheduler(3, seed=seed))
+        assert run_controlled(main, recording) == 20
+        assert len(recording.offered) < 20 * 20, f"{len(recording.offered)} decisions for 20 cancellations"

@@ -157,6 +157,10 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._current: int | None = None
         self._scheduler_failed = False
         self._starved: dict[int, int] = {}  # ready lane -> decisions it was passed over in a row
+        self._kv_running: Callable[..., object] | None = None  # the callback running now
+        # The lane of a plain callback that queued itself again as it ran (a retry loop: anyio
+        # re-delivering a cancellation until the task takes it): it yields at the next choice.
+        self._kv_spun: int | None = None
         self._tells_woken = hasattr(scheduler, "woken")  # the scheduler takes the hint (delay)
         self._was_ready: set[int] = set()  # the lanes ready at the step before
         self._was_known = self._next_lane  # lanes made by then (a new task is not woken)
@@ -180,6 +184,10 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             # due (``timeout_at`` a past deadline) or a cancel scope's delivery then lands at
             # the task's next await, as it does on a real loop.
             self._kv_origin[entry[0]] = self._current
+        if callback == self._kv_running and not isinstance(getattr(callback, "__self__", None), asyncio.Task):
+            # A plain callback that queued itself again (a task's own step is no retry: a
+            # yielding task keeps its turn, as PCT's strategy wants).
+            self._kv_spun = self._kv_origin.get(entry[0]) or self._lane_of(callback)
         self._kv_ready.append(entry)
         self._kv_arm()
         return entry[0]
@@ -335,6 +343,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self.max_steps - self._kv_budget > CREEP_AFTER:
             self._kv_now = math.nextafter(self._kv_now, math.inf)  # see CREEP_AFTER
         handle, callback, args, context = entry
+        self._kv_running = callback
         try:
             context.run(callback, *args)
         except (SystemExit, KeyboardInterrupt):
@@ -343,6 +352,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self.call_exception_handler(
                 {"message": f"Exception in callback {callback!r}", "exception": exc, "handle": handle}
             )
+        finally:
+            self._kv_running = None
         owner = getattr(callback, "__self__", None)
         if isinstance(owner, asyncio.Task) and owner.done():
             self._lanes.pop(owner, None)
@@ -400,8 +411,17 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
 
     def _ask_fairly(self, runnable: list[int]) -> int:
         starved = self._starved
+        spun, self._kv_spun = self._kv_spun, None
+        others = [lane for lane in runnable if lane != spun] if spun in runnable else []
         overdue = [lane for lane in runnable if starved.get(lane, 0) >= FAIRNESS_BOUND]
-        lane = overdue[0] if overdue else self._ask(runnable)
+        if others:
+            # A retry that queued itself again yields, as on a stock loop (one FIFO queue: what
+            # else is ready runs first); a strict-priority strategy (PCT) otherwise ran it again
+            # and again up to the fairness bound, a thousand steps for each anyio cancellation.
+            # Not the scheduler's choice: a function of the run, so replay and DFS agree.
+            lane = max(others, key=lambda other: starved.get(other, 0))
+        else:
+            lane = overdue[0] if overdue else self._ask(runnable)
         self._starved = {other: starved.get(other, 0) + 1 for other in runnable if other != lane}
         return lane
 
