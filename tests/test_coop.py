@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from pools.lock_likes import CountingLock
 
 from kvstress.controlled import SchedulerExhausted, ThreadDeadlock, _coop, _coop_queue, run_threads, spawn
 from kvstress.schedulers import DFSScheduler, RandomScheduler, Scheduler
@@ -287,31 +288,14 @@ def test_condition_rejects_a_real_lock() -> None:
         _coop.Condition(real)
 
 
-class OwnLock:
-    """A lock class of the caller's own: acquire, release and the with-statement only."""
-
-    def __init__(self) -> None:
-        self._inner = threading.Lock()
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._inner.acquire(blocking, timeout)
-
-    def release(self) -> None:
-        self._inner.release()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
 def condition_over_lock_likes_protocol() -> list[object]:
     """``Condition(Condition())`` (the two share the inner one's lock) and a Condition over a
     lock class of one's own, as threading takes them: a wait that times out, a notified
     waiter, and a notify without the lock."""
     seen: list[object] = []
-    for make in (lambda: threading.Condition(threading.Condition()), lambda: threading.Condition(OwnLock())):
+    # The lock class's inner Lock is made here, in this module: cooperative inside the run.
+    own = (lambda: threading.Condition(CountingLock(threading.Lock())),)
+    for make in (lambda: threading.Condition(threading.Condition()), *own):
         cond = make()
         with cond:
             seen.append(cond.wait(timeout=SHORT))

@@ -12,7 +12,6 @@ import torch
 
 from kvstress.audit._ledger import Lease
 from kvstress.audit._report import holders
-from kvstress.pool._block import Block
 
 _ZEROS: dict[int, bytes] = {}  # all-zero bytes of each block size met, to compare against
 # A ctypes array over each (address, size) met: ``.raw`` copies the memory out in one C call,
@@ -23,8 +22,8 @@ _ARRAYS_MAX = 1 << 16  # a tiered pool moves its memory: forget old addresses pa
 
 
 # A block's memory as the audit reads it: the tensor (kept, so the memory stays allocated), or
-# for our own pools' host blocks their handle (which holds the pool's memory; its ``data`` is
-# made only when torch must decide); for a contiguous host block a ctypes array over its bytes
+# for a handle with a ``host_span`` the handle (our pools' holds the pool's memory; its ``data``
+# is made only when torch must decide); for a contiguous host block a ctypes array over its bytes
 # and as many zero bytes; (tensor, None, b"") for any other block, which torch reads.
 View = tuple[Any, Any, bytes]
 
@@ -32,14 +31,13 @@ View = tuple[Any, Any, bytes]
 def view_of(inner: Any) -> View | None:
     """The block's memory through the pool's handle; None when it cannot be read (a tiered
     pool's segment given back: nobody can read it, so nobody can write it either)."""
-    if type(inner) is Block:
-        span = inner.host_span  # a fixed host address: no tensor view to make (1 us a call)
-        if span is not None:
-            array = _ARRAYS.get(span)
-            zeros = _ZEROS.get(span[1])
-            if array is None or zeros is None:
-                array, zeros = _host_bytes(*span)
-            return inner, array, zeros
+    span = _host_span(inner)  # a fixed host address: no tensor view to make (1 us a call)
+    if span is not None:
+        array = _ARRAYS.get(span)
+        zeros = _ZEROS.get(span[1])
+        if array is None or zeros is None:
+            array, zeros = _host_bytes(*span)
+        return inner, array, zeros
     try:
         data = inner.data
     except Exception:
@@ -57,6 +55,20 @@ def view_of(inner: Any) -> View | None:
     except Exception:  # a tensor without host memory to point at: torch reads it
         pass
     return data, None, b""
+
+
+def _host_span(inner: Any) -> tuple[int, int] | None:
+    """(address, bytes) of the block where its handle's class says its memory is host memory at
+    a fixed address (a ``host_span`` property, as our pools' ``Block`` has); None otherwise."""
+    if getattr(type(inner), "host_span", None) is None:
+        return None
+    try:
+        span = inner.host_span
+    except Exception:
+        return None
+    if type(span) is tuple and len(span) == 2 and all(type(x) is int and x > 0 for x in span):
+        return span
+    return None
 
 
 def _host_bytes(address: int, size: int) -> tuple[Any, bytes]:
@@ -88,7 +100,7 @@ def is_zero(view: View | None) -> bool | None:
         return True
     try:
         if not isinstance(data, torch.Tensor):
-            data = data.data  # our own pool's handle (``view_of``)
+            data = data.data  # a handle with a ``host_span`` (``view_of``)
         return not bool(data.any())
     except Exception:  # memory that cannot be read here (a meta tensor): no finding from it
         return None

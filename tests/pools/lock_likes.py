@@ -22,11 +22,11 @@ class NestedConditionPool(CondvarPool):
 
 
 class CountingLock:
-    """The pool's own lock: a plain Lock that counts its acquisitions (acquire and release
-    only, as a lock wrapper usually has)."""
+    """A lock class of one's own: a Lock (``inner``, or a new one) that counts its
+    acquisitions (acquire, release and the with-statement only, as a lock wrapper usually has)."""
 
-    def __init__(self) -> None:
-        self._inner = threading.Lock()
+    def __init__(self, inner: Any = None) -> None:
+        self._inner = inner if inner is not None else threading.Lock()
         self.taken = 0
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
