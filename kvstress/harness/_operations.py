@@ -389,13 +389,22 @@ class Operations:
         handle = self.ledger.handles[block_id]
         state = self._state(handle)
         index = self.history.begin(holder, operation, {"block": block_id, "misuse": True}, self._stamp())
+        raised, _ = await self._refusable(index, operation, handle)
+        if not raised:
+            checkers.check_misuse_raised(block_id, operation, False, state)
+
+    async def _refusable(self, index: int, operation: str, handle: object) -> tuple[bool, object]:
+        """Call ``operation`` through ``handle`` where the pool should refuse it, ending history
+        entry ``index``: (whether it raised, what it returned)."""
         try:
-            getattr(self.pool, operation)(handle)
+            returned = getattr(self.pool, operation)(handle)
+            if inspect.isawaitable(returned):
+                returned = await returned
         except Exception as exc:
             self.history.end(index, self._stamp(), "raised", f"{type(exc).__name__}: {exc}")
-            return
-        self.history.end(index, self._stamp(), "ok")
-        checkers.check_misuse_raised(block_id, operation, False, state)
+            return True, None
+        self.history.end(index, self._stamp(), "ok", returned)
+        return False, returned
 
     async def op_stale_use(self, holder: str, block_id: int, operation: str) -> None:
         """retain, mark_in_use or release through the handle of the block's previous tenancy,
@@ -407,16 +416,7 @@ class Operations:
             return
         before = (self.pool.free_count(), list(self.pool.free_ids()))
         index = self.history.begin(holder, operation, {"block": block_id, "stale": True}, self._stamp())
-        raised, returned = False, None
-        try:
-            returned = getattr(self.pool, operation)(stale)
-            if inspect.isawaitable(returned):
-                returned = await returned
-        except Exception as exc:
-            raised = True
-            self.history.end(index, self._stamp(), "raised", f"{type(exc).__name__}: {exc}")
-        else:
-            self.history.end(index, self._stamp(), "ok", returned)
+        raised, returned = await self._refusable(index, operation, stale)
         after = (self.pool.free_count(), list(self.pool.free_ids()))
         checkers.check_stale_refused(block_id, operation, raised, returned, before, after)
 
