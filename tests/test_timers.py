@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from kvstress.mutants import CondvarPool, PollingCasPool, PollingResetAfterOfferPool, ShardedPool
+from kvstress.mutants import (
+    CondvarPool,
+    DeferredResetThreadPool,
+    HousekeepingThreadPool,
+    MakerThreadPool,
+    PollingCasPool,
+    PollingResetAfterOfferPool,
+    ShardedPool,
+)
 from kvstress.scenarios import ScenarioConfig, replay, search
 from kvstress.schedulers import PCTScheduler, RandomScheduler, ReplayScheduler, Schedule
+from tests.pools.timer_threads import SpinBesideTickerPool, TimerBatchPool, TimerBatchUnlockedSwapPool
 
 
 def test_a_schedule_says_whether_its_run_fired_timers() -> None:
@@ -26,11 +35,25 @@ def test_only_the_random_strategy_fires_timers() -> None:
     assert scheduler.new_execution() and scheduler.schedule().timers
 
 
-@pytest.mark.parametrize("factory", [PollingCasPool, ShardedPool, CondvarPool], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "factory",
+    [
+        PollingCasPool,
+        ShardedPool,
+        CondvarPool,
+        TimerBatchPool,
+        HousekeepingThreadPool,
+        MakerThreadPool,
+        DeferredResetThreadPool,
+    ],
+    ids=lambda f: f.__name__,
+)
 def test_correct_pools_stay_clean_when_timers_fire(factory: type) -> None:
-    """A correct polling, striped and condition-variable pool: jumps for sleepers are credited to
-    the threads left runnable or blocked, so no timing check fires (a soak once raised
-    timeout-late on PollingCasPool, before blocked threads were credited too)."""
+    """Correct polling, striped and condition-variable pools, and pools with threads of their
+    own that wait on time (a timer batching resets, a housekeeper, a maker that retires, a
+    deferred reset): jumps for timers are credited to the threads left runnable or blocked, so
+    no timing check fires (a soak once raised timeout-late on PollingCasPool, before blocked
+    threads were credited too)."""
     for seed in (3, 4):
         result = search(ScenarioConfig(factory, False), RandomScheduler(seed=seed), max_executions=120)
         assert result.failure is None, result.failure.describe()
@@ -49,3 +72,29 @@ def test_a_poller_woken_inside_a_releaser_s_window_is_found_and_replays() -> Non
         assert schedule.timers
         again = replay(config, schedule)
         assert again is not None and again.violation.invariant == result.failure.violation.invariant
+
+
+def test_a_timer_thread_of_the_pool_fires_inside_a_release_and_replays() -> None:
+    """A daemon ``threading.Timer`` that batches resets takes the pending list without the lock:
+    the bug needs the timer's wait (an Event's, in a daemon the pool started) to come due while
+    a releaser is between its append and its check of the armed flag. Such a timed wait fires
+    ahead of the runnable threads as a sleeper's does (before, never: 0 of 4 seeds in 10 s)."""
+    config = ScenarioConfig(TimerBatchUnlockedSwapPool, False)
+    for seed in (1, 2):
+        result = search(config, RandomScheduler(seed=seed), budget_s=20.0, shrink=False)
+        assert result.failure is not None
+        assert result.failure.violation.invariant in TimerBatchUnlockedSwapPool.expected
+        again = replay(config, Schedule.decode(str(result.failure.schedule)))
+        assert again is not None and again.violation.invariant == result.failure.violation.invariant
+
+
+@pytest.mark.parametrize("make", [RandomScheduler, PCTScheduler], ids=["random", "pct"])
+def test_a_spin_beside_a_ticking_daemon_is_still_caught(make: type) -> None:
+    """A housekeeping daemon that wakes every millisecond, beside an acquire that spins: early
+    firing stops once a thread has run ``EARLY_FIRE_STEPS`` scheduling points at one instant, so
+    the ticks cannot carry the spinner past its deadline (random found nothing in 15 s before)."""
+    for seed in (1, 2):
+        config = ScenarioConfig(SpinBesideTickerPool, False)
+        result = search(config, make(seed=seed), budget_s=20.0, shrink=False)
+        assert result.failure is not None
+        assert result.failure.violation.invariant == "busy-wait", result.failure.describe()

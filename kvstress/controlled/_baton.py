@@ -10,10 +10,12 @@ runs at any time and the order is the scheduler's, decision by decision.
 A thread blocked in a cooperative primitive is not runnable until the primitive wakes it or its
 deadline passes. Time is virtual: ``now`` moves when no thread is runnable, and then jumps to
 the earliest deadline. A scheduler with ``fires_timers`` (random) may also pick a *sleeping*
-thread due within ``FIRE_HORIZON`` while others are runnable: time jumps to its wake-up, as when
-an OS preempts the others and the sleeper's timer fires. A poller can then wake inside another
-thread's window (between offering a block and zeroing it), which it never could if time waited
-for every thread to block. Each thread left runnable (or blocked, perhaps on a runnable one)
+thread due within ``FIRE_HORIZON`` while others are runnable (or any timed wait of a thread the
+code under test started: a ``threading.Timer``, a reaper), until a thread has run
+``EARLY_FIRE_STEPS`` at one instant: time jumps to its wake-up, as when an OS preempts the
+others and the sleeper's timer fires. A poller can then wake inside another thread's window
+(between offering a block and zeroing it), and a timer thread inside a release, which they
+never could if time waited for every thread to block. Each thread left runnable (or blocked, perhaps on a runnable one)
 through such a jump is credited the jump (``excused``): the timing checks do not blame an
 operation for time it spent ready to run but not chosen. If no thread is runnable and none has a
 deadline, that is a deadlock, reported with the wait-for graph. ``max_steps`` bounds the
@@ -65,6 +67,11 @@ FIRE_HORIZON = 0.005
 OS keeps a ready thread waiting for a time slice or two, not for seconds. A poller's backoff
 falls within it; a longer sleep (a test ordering its threads) still ends only once every
 thread is blocked."""
+EARLY_FIRE_STEPS = 2_000
+"""Scheduling points since virtual time last moved (every thread waiting) after which no timer
+fires ahead of the runnable threads: a thread still running then is spinning (the longest run
+between two such moves measured on the corpus's polling and timer pools was under 1,000), and a
+timer's jump must not let its deadline pass for it, which would hide the spin."""
 _STALL_TICK = 0.25  # seconds: the most one look of the supervisor counts towards a stall
 """Wall seconds a thread may keep the baton without a scheduling point before ``StuckThread``."""
 
@@ -143,7 +150,7 @@ class ControlledThread:
 
     __slots__ = (
         "_wake", "aborted", "daemon", "deadline", "error", "excused", "finished", "holding", "ident",
-        "name", "result", "target", "tid", "timed_out", "waiting",
+        "name", "result", "started_by_code", "target", "tid", "timed_out", "waiting",
     )  # fmt: skip
 
     def __init__(self, tid: int, name: str, target: Callable[[], Any], daemon: bool = False) -> None:
@@ -151,6 +158,7 @@ class ControlledThread:
         self.name = name
         self.target = target
         self.daemon = daemon  # a background worker the code under test started (see _pick)
+        self.started_by_code = False  # by ``Thread.start`` in the code under test
         self.ident: int | None = None
         self.waiting: Waitable | None = None
         self.deadline: float | None = None
@@ -298,11 +306,18 @@ class ThreadController:
         return thread
 
     def start_thread(
-        self, target: Callable[[], Any], name: str | None = None, daemon: bool = False
+        self,
+        target: Callable[[], Any],
+        name: str | None = None,
+        daemon: bool = False,
+        *,
+        started_by_code: bool = False,
     ) -> ControlledThread:
         """``spawn`` without the scheduling point, for a caller that must record the thread before
         another thread can run (``Thread.start``). ``name=None`` names it ``t<N>``. A ``daemon``
-        is a background worker: the execution ends without it (see ``_pick``)."""
+        is a background worker: the execution ends without it (see ``_pick``).
+        ``started_by_code``: the code under test started it (its timed waits may fire early,
+        see ``_sleepers``)."""
         me = self.me()
         if me is None:
             raise RuntimeError("spawn() must be called from a controlled thread (inside run_threads)")
@@ -310,9 +325,11 @@ class ThreadController:
         # pool's) could hand the baton to the new thread before its OS thread exists.
         me.holding += 1
         try:
-            return self._start(target, name, daemon)
+            thread = self._start(target, name, daemon)
         finally:
             me.holding -= 1
+        thread.started_by_code = started_by_code
+        return thread
 
     # -- the execution -------------------------------------------------------------------------
 
@@ -467,7 +484,7 @@ class ThreadController:
                 if all(t.finished for t in self.threads):
                     return None
                 self._fail_here(ThreadDeadlock(self.now, self._wait_for()))
-        sleepers = self._sleepers() if self._fires_timers else []
+        sleepers = self._sleepers() if self._fires_timers and self._instant_steps < EARLY_FIRE_STEPS else []
         choices = sorted(runnable + sleepers) if sleepers else runnable
         hot, self.hot = self.hot, False
         warm, self._published = self._published, False
@@ -515,21 +532,26 @@ class ThreadController:
         return self.threads[tid]
 
     def _sleepers(self) -> list[int]:
-        """The threads in a plain sleep (not a timed wait on a primitive) whose timer is due
-        next: timers fire in deadline order. Not daemons (a housekeeping period stays a
-        period), and not past the run's time limit."""
-        timed = [
-            t
-            for t in self.threads
-            if not t.finished and not t.daemon and t.deadline is not None and t.waiting is not None
-        ]
+        """The threads whose timer is due next and may fire ahead of the runnable ones (timers
+        fire in deadline order, and not past the run's time limit): a plain sleep of a thread
+        not a daemon, and any timed wait (a sleep, a lock, an event, a condition, a queue) of a
+        thread the code under test started, daemons included (a ``threading.Timer``, a
+        reaper's tick). A harness thread's timed wait on a primitive never comes early: it
+        bounds how long the harness waits for an answer."""
+        threads = self.threads
+        timed = [t for t in threads if not t.finished and t.deadline is not None and t.waiting is not None]
         if not timed:
             return []
         when = min(t.deadline for t in timed if t.deadline is not None)
         past_limit = self.max_time is not None and when > self._origin + self.max_time
         if when - self.now > FIRE_HORIZON or past_limit:
             return []
-        return [t.tid for t in timed if t.deadline == when and getattr(t.waiting, "fires_early", False)]
+        return [
+            t.tid
+            for t in timed
+            if t.deadline == when
+            and (t.started_by_code or (not t.daemon and getattr(t.waiting, "fires_early", False)))
+        ]
 
     def _fire(self, sleeper: ControlledThread) -> None:
         """Jump to ``sleeper``'s wake-up while other threads are runnable (see the module's
@@ -543,8 +565,9 @@ class ThreadController:
             for thread in self.threads:
                 if not thread.finished and not getattr(thread.waiting, "fires_early", False):
                     thread.excused += when - self.now
+            # The step bound still counts: time moved for a timer, not because every thread
+            # waited, and a spin beside a ticking background thread must still end.
             self.now = when
-            self._instant_steps = 0
         for thread in self.threads:
             if thread.waiting is not None and thread.deadline is not None and thread.deadline <= self.now:
                 thread.waiting, thread.deadline, thread.timed_out = None, None, True

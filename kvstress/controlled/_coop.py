@@ -498,7 +498,7 @@ class Thread:
         if controller is None:
             raise RuntimeError("a cooperative Thread can only start inside a controlled run")
         # Recorded before the scheduling point: the thread, or another, may run first and join it.
-        self._thread = controller.start_thread(self.run, self._name, daemon=self.daemon)
+        self._thread = controller.start_thread(self.run, self._name, daemon=self.daemon, started_by_code=True)
         controller.yield_point()
 
     def join(self, timeout: float | None = None) -> None:
@@ -550,7 +550,7 @@ def thread_start(self: _threading.Thread) -> None:
         return
     if self in _STARTED:
         raise RuntimeError("threads can only be started once")
-    _STARTED[self] = controller.start_thread(self.run, None, daemon=self.daemon)
+    _STARTED[self] = controller.start_thread(self.run, None, daemon=self.daemon, started_by_code=True)
     controller.yield_point()
 
 
