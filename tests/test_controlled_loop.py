@@ -707,3 +707,67 @@ def test_a_callback_that_queues_itself_again_yields_to_what_else_is_ready() -> N
         recording = Recording(PCTScheduler(3, seed=seed))
         assert run_controlled(main, recording) == 20
         assert len(recording.offered) < 20 * 20, f"{len(recording.offered)} decisions for 20 cancellations"
+
+
+# -- timers that fire ahead of ready tasks -----------------------------------------------------------
+
+
+def _order_of_a_timer_and_a_ready_step(scheduler: Scheduler) -> tuple[tuple[str, ...], float]:
+    """A task whose sleep ends at 2 ms and a timer at 3 ms: the task is ready at 2 ms, and a
+    timer due within ``FIRE_HORIZON`` may fire before its step (as behind a step that runs long).
+    The order, and the loop's ``kv_excused``."""
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def prefill() -> None:
+            await asyncio.sleep(0.002)
+            order.append(f"step at {loop.time():g}")
+
+        task = asyncio.create_task(prefill())
+        loop.call_later(0.003, lambda: order.append(f"timer at {loop.time():g}"))
+        await task
+        await asyncio.sleep(0.01)
+
+    with asyncio.Runner(loop_factory=controlled_loop_factory(scheduler)) as runner:
+        runner.run(main())
+        excused = runner.get_loop().kv_excused  # type: ignore[attr-defined]
+    return tuple(order), excused
+
+
+def test_a_timer_due_soon_may_fire_before_a_ready_step_under_random_only() -> None:
+    """Random offers the next timer among the ready tasks (``ALL_TIMERS``): on some seeds it
+    fires first, time jumps to it, and the step runs at 3 ms, the jump counted in ``kv_excused``
+    (what the harness does not blame an operation for); PCT never reorders timers."""
+    runs = {_order_of_a_timer_and_a_ready_step(RandomScheduler(seed=seed)) for seed in range(12)}
+    orders = {order for order, _ in runs}
+    assert ("step at 0.002", "timer at 0.003") in orders
+    assert ("timer at 0.003", "step at 0.003") in orders  # fired while the step was ready
+    assert all(excused > 0 for order, excused in runs if order[0].startswith("timer"))
+    for seed in range(6):
+        assert _order_of_a_timer_and_a_ready_step(PCTScheduler(seed=seed)) == (
+            ("step at 0.002", "timer at 0.003"),
+            0.0,
+        )
+
+
+def test_a_spin_beside_a_ticking_timer_still_hits_the_step_limit() -> None:
+    """A task that spins with ``sleep(0)`` beside one that sleeps a millisecond at a time: the
+    ticks may fire ahead of the spinner only until ``EARLY_FIRE_STEPS`` callbacks ran at one
+    instant, so time stops moving and the spin is caught instead of carried to ``max_time``."""
+
+    async def main() -> None:
+        async def tick() -> None:
+            while True:
+                await asyncio.sleep(0.001)
+
+        async def spin() -> None:
+            while True:
+                await asyncio.sleep(0)
+
+        await asyncio.gather(tick(), spin())
+
+    for seed in range(3):
+        with pytest.raises(StepLimitExceeded):
+            run_controlled(main, RandomScheduler(seed=seed), max_steps=20_000, max_time=3600.0)

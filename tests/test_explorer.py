@@ -8,6 +8,7 @@ the twin.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import re
 import threading
@@ -448,3 +449,45 @@ def test_a_schedule_that_never_ends_on_trio_is_a_finding_not_a_hang() -> None:
 
     with pytest.raises(TimeLimitExceeded, match="virtual time passed 3600 s"):
         kvstress.explore(stuck, schedules=2, strategy="random", seed=0, backend="trio")
+
+
+def disconnect_during_prefill(*, leaky: bool) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A request takes a block, prefills for 2 ms, decodes; its client goes away at 3 ms. The
+    leaky one puts the block in its table only after the prefill, so a cancel landing between
+    the prefill's wake-up and the request's next step leaves it out of the ``finally``."""
+
+    async def main() -> None:
+        async with kvstress.audit(kvstress.AsyncBlockPool(2, (2, 4))) as pool:
+            table: list[Any] = []
+
+            async def request() -> None:
+                try:
+                    block = await pool.acquire()
+                    if not leaky:
+                        table.append(block)
+                    await asyncio.sleep(0.002)  # prefill
+                    if leaky:
+                        table.append(block)
+                    await asyncio.sleep(0.02)  # decode
+                finally:
+                    for held in table:
+                        await pool.release(held)
+
+            task = asyncio.create_task(request())
+            await asyncio.sleep(0.003)  # the client goes away
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return main
+
+
+def test_a_cancel_inside_a_short_window_between_timers_is_found_by_random() -> None:
+    """The prefill ends at 2 ms and the disconnect comes at 3 ms: with timers at fixed instants
+    the cancel always lands in the decode. Random fires a timer due within 5 ms ahead of a
+    ready task's step (a step that runs long on a real loop), so the cancel can land right after
+    the prefill: found on every seed, and the fixed request passes every schedule."""
+    for seed in range(3):
+        with pytest.raises(kvstress.InvariantViolation, match="lost-block"):
+            explore(disconnect_during_prefill(leaky=True), schedules=300, strategy="random", seed=seed)
+        explore(disconnect_during_prefill(leaky=False), schedules=300, strategy="random", seed=seed)

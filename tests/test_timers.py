@@ -15,24 +15,38 @@ from kvstress.mutants import (
     ShardedPool,
 )
 from kvstress.scenarios import ScenarioConfig, replay, search
-from kvstress.schedulers import PCTScheduler, RandomScheduler, ReplayScheduler, Schedule
+from kvstress.schedulers import (
+    ALL_TIMERS,
+    SLEEPERS,
+    PCTScheduler,
+    RandomScheduler,
+    ReplayScheduler,
+    Schedule,
+)
 from tests.pools.timer_threads import SpinBesideTickerPool, TimerBatchPool, TimerBatchUnlockedSwapPool
 
 
-def test_a_schedule_says_whether_its_run_fired_timers() -> None:
-    """Flags bit 1; a schedule without it (recorded before timer firing) decodes as False."""
-    fired = Schedule("random", 7, (0, 1, -1, 2), timers=True)
-    assert Schedule.decode(fired.encode()) == fired
+def test_a_schedule_says_which_timers_its_run_fired() -> None:
+    """Flags bit 1 for sleepers (``SLEEPERS``, recorded before every timer could fire early), bits
+    1 and 2 for ``ALL_TIMERS``; a schedule without either (recorded before timer firing) decodes
+    as 0, and each replays with the timers it was recorded with."""
+    sleepers = Schedule("random", 7, (0, 1, -1, 2), timers=True)
+    assert Schedule.decode(sleepers.encode()) == sleepers
+    assert Schedule.decode(sleepers.encode()).timers == SLEEPERS
+    every = Schedule("random", 7, (0, 1, -1, 2), timers=ALL_TIMERS)
+    assert Schedule.decode(every.encode()).timers == ALL_TIMERS
     plain = Schedule("random", 7, (0, 1, -1, 2))
-    assert Schedule.decode(plain.encode()).timers is False
-    assert fired.encode() != plain.encode()
-    assert ReplayScheduler(fired).fires_timers and not ReplayScheduler(plain).fires_timers
+    assert Schedule.decode(plain.encode()).timers == 0
+    assert len({sleepers.encode(), every.encode(), plain.encode()}) == 3
+    assert [ReplayScheduler(s).fires_timers for s in (plain, sleepers, every)] == [0, SLEEPERS, ALL_TIMERS]
+    with pytest.raises(ValueError, match="timers"):
+        Schedule("random", 7, (), timers=3)
 
 
 def test_only_the_random_strategy_fires_timers() -> None:
-    assert RandomScheduler(seed=1).fires_timers and not PCTScheduler(seed=1).fires_timers
+    assert RandomScheduler(seed=1).fires_timers == ALL_TIMERS and not PCTScheduler(seed=1).fires_timers
     scheduler = RandomScheduler(seed=1)
-    assert scheduler.new_execution() and scheduler.schedule().timers
+    assert scheduler.new_execution() and scheduler.schedule().timers == ALL_TIMERS
 
 
 @pytest.mark.parametrize(

@@ -15,15 +15,15 @@ code under test started: a ``threading.Timer``, a reaper), until a thread has ru
 ``EARLY_FIRE_STEPS`` at one instant: time jumps to its wake-up, as when an OS preempts the
 others and the sleeper's timer fires. A poller can then wake inside another thread's window
 (between offering a block and zeroing it), and a timer thread inside a release, which they
-never could if time waited for every thread to block. Each thread left runnable (or blocked, perhaps on a runnable one)
-through such a jump is credited the jump (``excused``): the timing checks do not blame an
-operation for time it spent ready to run but not chosen. If no thread is runnable and none has a
-deadline, that is a deadlock, reported with the wait-for graph. ``max_steps`` bounds the
-scheduling points at one instant of virtual time (a spin never lets time move; a wait that
-sleeps between polls does), ``max_time`` bounds virtual time itself (a wait that outlives every
-timeout), and a watchdog on the caller's thread reports a thread that keeps the baton for
-``stall_timeout`` wall seconds without reaching a scheduling point (blocked in a real lock, a C
-call, an untraced spin). Whatever the program does, ``run`` returns or raises.
+never could if time waited for every thread to block. Each thread left runnable (or blocked,
+perhaps on a runnable one) through such a jump is credited the jump (``excused``): the timing
+checks do not blame an operation for time it spent ready to run but not chosen. If no thread is
+runnable and none has a deadline, that is a deadlock, reported with the wait-for graph.
+``max_steps`` bounds the scheduling points at one instant of virtual time (a spin never lets
+time move; a wait that sleeps between polls does), ``max_time`` bounds virtual time itself (a
+wait that outlives every timeout), and a watchdog on the caller's thread reports a thread that
+keeps the baton for ``stall_timeout`` wall seconds without reaching a scheduling point (blocked
+in a real lock, a C call, an untraced spin). Whatever the program does, ``run`` returns or raises.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from kvstress.controlled._errors import (
     ThreadDeadlock,
     TimeLimitExceeded,
 )
-from kvstress.controlled._loop import FAIRNESS_BOUND
+from kvstress.controlled._loop import EARLY_FIRE_STEPS, FAIRNESS_BOUND, FIRE_HORIZON
 from kvstress.controlled._quiet import quiet_lines
-from kvstress.schedulers import Scheduler
+from kvstress.schedulers import ALL_TIMERS, Scheduler
 
 _OS_START = threading.Thread.start
 
@@ -62,16 +62,6 @@ DEFAULT_STALL_TIMEOUT = 5.0
 DAEMON_HORIZON = 3600.0
 """Virtual seconds (without ``max_time``) that time may jump for daemon threads alone, while the
 other threads stay blocked: past it they are deadlocked."""
-FIRE_HORIZON = 0.005
-"""Virtual seconds a sleeper's timer may fire ahead of runnable threads (``fires_timers``): an
-OS keeps a ready thread waiting for a time slice or two, not for seconds. A poller's backoff
-falls within it; a longer sleep (a test ordering its threads) still ends only once every
-thread is blocked."""
-EARLY_FIRE_STEPS = 2_000
-"""Scheduling points since virtual time last moved (every thread waiting) after which no timer
-fires ahead of the runnable threads: a thread still running then is spinning (the longest run
-between two such moves measured on the corpus's polling and timer pools was under 1,000), and a
-timer's jump must not let its deadline pass for it, which would hide the spin."""
 _STALL_TICK = 0.25  # seconds: the most one look of the supervisor counts towards a stall
 """Wall seconds a thread may keep the baton without a scheduling point before ``StuckThread``."""
 
@@ -222,7 +212,7 @@ class ThreadController:
         self._tells_woken = hasattr(scheduler, "woken")  # and the task just woken (delay)
         self._was_runnable: list[int] = []
         self._was_known = 0  # threads started by the decision before (a new one is not woken)
-        self._fires_timers = bool(getattr(scheduler, "fires_timers", False))
+        self._fires_timers = int(getattr(scheduler, "fires_timers", 0))  # a Schedule.timers level
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
         if max_time is not None and not (isinstance(max_time, int | float) and max_time > 0):
@@ -550,7 +540,10 @@ class ThreadController:
             t.tid
             for t in timed
             if t.deadline == when
-            and (t.started_by_code or (not t.daemon and getattr(t.waiting, "fires_early", False)))
+            and (
+                (t.started_by_code and self._fires_timers >= ALL_TIMERS)
+                or (not t.daemon and getattr(t.waiting, "fires_early", False))
+            )
         ]
 
     def _fire(self, sleeper: ControlledThread) -> None:

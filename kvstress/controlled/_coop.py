@@ -12,6 +12,7 @@ forever, so it raises RuntimeError instead.
 
 from __future__ import annotations
 
+import asyncio
 import threading as _threading
 import time as _time
 import weakref
@@ -421,9 +422,17 @@ def sleep(secs: float) -> None:
 
 def excused_seconds() -> float:
     """Virtual seconds the calling controlled thread spent runnable while time jumped for a
-    sleeper (``ThreadController``); 0.0 outside a controlled thread."""
+    sleeper (``ThreadController``); on a controlled event loop, the seconds it jumped for a timer
+    fired early while callbacks were ready (``ControlledEventLoop.kv_excused``); 0.0 otherwise."""
     _, me = _here()
-    return 0.0 if me is None else me.excused
+    if me is not None:
+        return me.excused
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return 0.0
+    excused = getattr(loop, "kv_excused", 0.0)
+    return excused if isinstance(excused, float) else 0.0
 
 
 def _clock() -> float:

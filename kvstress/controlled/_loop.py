@@ -46,7 +46,7 @@ from kvstress.controlled._errors import (
     TimeLimitExceeded,
 )
 from kvstress.controlled._thread_work import following_thread_work
-from kvstress.schedulers import Scheduler
+from kvstress.schedulers import ALL_TIMERS, Scheduler
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -71,6 +71,21 @@ does; code that polls until another task acts (anyio re-delivering a cancellatio
 ends on a real loop. After this many pass-overs the starved one runs without asking the
 scheduler. The choice is a function of the run so far, so replay and DFS see the same one.
 """
+
+FIRE_HORIZON = 0.005
+"""Virtual seconds a timer may fire ahead of runnable threads or ready tasks (``fires_timers``):
+an OS keeps a ready thread waiting for a time slice or two, and a loop its ready callbacks
+behind a step that runs long, not for seconds. A poller's backoff falls within it; a longer
+sleep (a test ordering its threads or tasks) still ends only once everything waits."""
+EARLY_FIRE_STEPS = 2_000
+"""Scheduling points (or callbacks) since virtual time last moved with everything waiting, after
+which no timer fires ahead of what is runnable: a thread or task still running then is spinning
+(the longest run between two such moves measured on the corpus's polling and timer pools was
+under 1,000), and a timer's jump must not let its deadline pass for it, which would hide the
+spin."""
+TIMER_LANE = 1 << 20
+"""The choice that fires the next timer early on the controlled loop (``fires_timers`` at
+``ALL_TIMERS``): an id no task's lane reaches."""
 
 THREAD_WAIT_S = 10.0
 """Real seconds an idle loop waits for a call running in a thread before it calls it a deadlock."""
@@ -162,6 +177,11 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         # re-delivering a cancellation until the task takes it): it yields at the next choice.
         self._kv_spun: int | None = None
         self._tells_woken = hasattr(scheduler, "woken")  # the scheduler takes the hint (delay)
+        # Whether a timer due within FIRE_HORIZON is a choice beside the ready lanes.
+        self._early_timers = int(getattr(scheduler, "fires_timers", 0)) >= ALL_TIMERS
+        self.kv_excused = 0.0
+        """Virtual seconds time jumped for a timer fired early, while callbacks were ready: an
+        operation in flight meanwhile is not blamed for them (``excused_seconds``)."""
         self._was_ready: set[int] = set()  # the lanes ready at the step before
         self._was_known = self._next_lane  # lanes made by then (a new task is not woken)
 
@@ -372,7 +392,14 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self._tells_woken:
             self._tell_woken(heads)
         self.kv_contended = len(heads) > 1
-        lane = next(iter(heads)) if len(heads) == 1 else self._ask_fairly(sorted(heads))
+        when = self._early_timer() if self._early_timers else None
+        if when is not None:
+            lane = self._ask_fairly([*sorted(heads), TIMER_LANE])
+            if lane == TIMER_LANE:
+                self._fire_early(when)
+                return None  # look again: the timer's callbacks are ready too
+        else:
+            lane = next(iter(heads)) if len(heads) == 1 else self._ask_fairly(sorted(heads))
         self._current = lane
         index = heads[lane]
         if index == 0:
@@ -382,6 +409,30 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             del ready[index]
         self._kv_origin.pop(entry[0], None)
         return entry
+
+    def _early_timer(self) -> float | None:
+        """When the next live timer is due, where it may fire ahead of the ready callbacks: within
+        ``FIRE_HORIZON``, within ``max_time``, and before ``EARLY_FIRE_STEPS`` at this instant."""
+        timers = self._kv_timers
+        while timers and timers[0][2].cancelled():
+            heapq.heappop(timers)
+        if not timers or self.max_steps - self._kv_budget >= EARLY_FIRE_STEPS:
+            return None
+        when = timers[0][0]
+        if when - self._kv_now > FIRE_HORIZON or (
+            self.max_time is not None and when > self._kv_start + self.max_time
+        ):
+            return None
+        return when
+
+    def _fire_early(self, when: float) -> None:
+        """Jump to ``when`` with callbacks still ready, as a loop does behind a long step, and
+        make every timer due by then ready. The step bound still counts: time moved for a timer,
+        not because nothing was ready, and a spin beside a ticking timer must still end."""
+        if when > self._kv_now:
+            self.kv_excused += when - self._kv_now
+            self._kv_now = when
+        self._fire_due_timers()
 
     def _tell_woken(self, heads: dict[int, int]) -> None:
         """Tell the scheduler which task the step before woke, if one: the first ready lane that

@@ -112,9 +112,9 @@ class SwitchRecorder:
         return self.inner.new_execution()
 
     @property
-    def fires_timers(self) -> bool:
+    def fires_timers(self) -> int:
         """As the inner scheduler."""
-        return bool(getattr(self.inner, "fires_timers", False))
+        return int(getattr(self.inner, "fires_timers", 0))
 
     def next_u64(self) -> int:
         """As the replayed scheduler."""

@@ -22,5 +22,7 @@ from kvstress.schedulers._metrics import SchedulerMetrics as SchedulerMetrics
 from kvstress.schedulers._pct import PCTScheduler as PCTScheduler
 from kvstress.schedulers._random import RandomScheduler as RandomScheduler
 from kvstress.schedulers._replay import ReplayScheduler as ReplayScheduler
+from kvstress.schedulers._schedule import ALL_TIMERS as ALL_TIMERS
 from kvstress.schedulers._schedule import RANDOM_DRAW as RANDOM_DRAW
+from kvstress.schedulers._schedule import SLEEPERS as SLEEPERS
 from kvstress.schedulers._schedule import Schedule as Schedule

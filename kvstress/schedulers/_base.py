@@ -44,8 +44,10 @@ class Scheduler(Protocol):
     def schedule(self) -> Schedule:
         """The choices of the current (or last) execution so far."""
 
-    # Optional: ``fires_timers`` (a bool attribute, False when absent) asks the thread baton to
-    # offer sleeping threads among the runnable ones; choosing one fires its timer early.
+    # Optional: ``fires_timers`` (an int attribute, 0 when absent: ``SLEEPERS`` or ``ALL_TIMERS``,
+    # see ``Schedule.timers``) asks the thread baton to offer sleeping threads among the runnable
+    # ones, and with ``ALL_TIMERS`` the controlled loop its next timers among the ready tasks;
+    # choosing one fires its timer early.
 
 
 def check_seed(seed: int | None) -> int:
@@ -75,7 +77,7 @@ class SchedulerBase(ABC):
     """
 
     name: ClassVar[str]
-    fires_timers: ClassVar[bool] = False  # see ``Scheduler``
+    fires_timers: ClassVar[int] = 0  # see ``Scheduler``
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = check_seed(seed)
@@ -119,7 +121,7 @@ class SchedulerBase(ABC):
         """The choices of the current (or last) execution so far."""
         return Schedule(self._strategy_name(), self._execution_seed, tuple(self._choices), self._timers())
 
-    def _timers(self) -> bool:
+    def _timers(self) -> int:
         return self.fires_timers
 
     @property

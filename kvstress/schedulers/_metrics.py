@@ -66,9 +66,9 @@ class MetricsScheduler:
         return chosen
 
     @property
-    def fires_timers(self) -> bool:
+    def fires_timers(self) -> int:
         """As the inner scheduler."""
-        return bool(getattr(self.inner, "fires_timers", False))
+        return int(getattr(self.inner, "fires_timers", 0))
 
     def next_u64(self) -> int:
         """The inner scheduler's random value, counted."""

@@ -39,11 +39,11 @@ class ReplayScheduler(OneShotScheduler):
     def _strategy_name(self) -> str:
         return self.replayed.strategy
 
-    def _timers(self) -> bool:
+    def _timers(self) -> int:
         return self.replayed.timers
 
     @property
-    def fires_timers(self) -> bool:  # type: ignore[override]
+    def fires_timers(self) -> int:  # type: ignore[override]
         """As the recorded execution did."""
         return self.replayed.timers
 

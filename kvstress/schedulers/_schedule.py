@@ -6,8 +6,11 @@ Text form: ``ks1:`` followed by unpadded urlsafe base64 of
 
 where body is ``varint(len(strategy)) strategy varint(seed) varint(n) varint(choice + 1) * n``,
 zlib-deflated when that is shorter (flags bit 0). Flags bit 1 says that the execution offered
-sleeping threads' timers among its choices (``Schedule.timers``); schedules without it replay as
-they were recorded, on a baton that fires a timer only when every thread is blocked. Varints are
+sleeping threads' timers among its choices (``Schedule.timers`` 1, ``SLEEPERS``), bits 1 and 2
+that it offered every timer that may fire early (2, ``ALL_TIMERS``: the timed waits of the
+code's own threads, and the controlled loop's timers); schedules replay with the timers they
+were recorded with (one without either bit on a baton that fires a timer only when every thread
+is blocked). Varints are
 unsigned LEB128. A random draw is choice -1, so it encodes as 0 and a task id t as t + 1: small
 ids cost one byte each.
 """
@@ -27,6 +30,13 @@ _U64 = 1 << 64
 _MAX_TASK_ID = (1 << 63) - 1
 _DEFLATED = 1
 _TIMERS = 2
+_ALL_TIMERS = 4
+SLEEPERS = 1
+"""``Schedule.timers``: sleeping threads' timers may fire ahead of runnable threads (the thread
+baton's plain sleeps of threads not daemons), as schedules recorded before ``ALL_TIMERS``."""
+ALL_TIMERS = 2
+"""``Schedule.timers``: any timer that may fire early does: ``SLEEPERS``', a timed wait of a thread
+the code under test started, and a timer of the controlled event loop."""
 _BASE64 = re.compile(r"[A-Za-z0-9_-]*")
 _HEAD = re.compile(r"ks(\d+)")
 
@@ -38,14 +48,15 @@ class Schedule:
     ``strategy`` names the scheduler that made the choices, ``seed`` seeds the execution's data
     stream (``next_u64`` values are derived from it, so only the draws' positions are stored),
     and ``choices`` holds, per decision, the task id that ran or ``RANDOM_DRAW``.
-    ``timers`` records that a sleeping thread was a choice too (choosing it fired its timer
-    early: see ``ThreadController``). ``str(schedule)`` is its ``encode()``d text.
+    ``timers`` records which timers were a choice too (choosing one fired it early: see
+    ``ThreadController`` and ``ControlledEventLoop``): 0 none, ``SLEEPERS`` (True), or
+    ``ALL_TIMERS``. ``str(schedule)`` is its ``encode()``d text.
     """
 
     strategy: str
     seed: int
     choices: tuple[int, ...] = ()
-    timers: bool = False
+    timers: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategy, str) or not self.strategy:
@@ -54,6 +65,9 @@ class Schedule:
             raise ValueError(
                 f"Schedule.seed must be an int in [0, 2**64), got {self.seed!r} ({type(self.seed).__name__})"
             )
+        if type(self.timers) not in (bool, int) or not 0 <= self.timers <= ALL_TIMERS:
+            raise ValueError(f"Schedule.timers must be 0, SLEEPERS (1) or ALL_TIMERS (2): {self.timers!r}")
+        object.__setattr__(self, "timers", int(self.timers))
         choices = tuple(self.choices)  # accept any sequence; the field stays an immutable tuple
         for index, choice in enumerate(choices):
             if type(choice) is not int or not RANDOM_DRAW <= choice <= _MAX_TASK_ID:
@@ -83,7 +97,7 @@ class Schedule:
         if len(deflated) < len(packed):  # long schedules repeat themselves a lot
             flags, packed = _DEFLATED, deflated
         if self.timers:
-            flags |= _TIMERS
+            flags |= _TIMERS | (_ALL_TIMERS if self.timers >= ALL_TIMERS else 0)
         payload = bytes([flags]) + packed
         payload += zlib.crc32(payload).to_bytes(4, "big")
         return f"ks{VERSION}:" + base64.urlsafe_b64encode(payload).rstrip(b"=").decode("ascii")
@@ -113,7 +127,8 @@ class Schedule:
         framed, crc = payload[:-4], int.from_bytes(payload[-4:], "big")
         if zlib.crc32(framed) != crc:
             raise ValueError("schedule is corrupt or truncated: checksum mismatch (copy the whole string)")
-        return _parse(cls, _unpack(framed), timers=bool(framed[0] & _TIMERS))
+        timers = ALL_TIMERS if framed[0] & _ALL_TIMERS else SLEEPERS if framed[0] & _TIMERS else 0
+        return _parse(cls, _unpack(framed), timers=timers)
 
     def __str__(self) -> str:
         return self.encode()
@@ -129,7 +144,7 @@ def _unbase64(tail: str) -> bytes:
 
 
 def _unpack(framed: bytes) -> bytes:
-    flags, packed = framed[0] & ~_TIMERS, framed[1:]
+    flags, packed = framed[0] & ~(_TIMERS | _ALL_TIMERS), framed[1:]
     if flags == 0:
         return packed
     if flags != _DEFLATED:
@@ -140,7 +155,7 @@ def _unpack(framed: bytes) -> bytes:
         raise ValueError(f"schedule is corrupt: its body does not inflate ({exc})") from None
 
 
-def _parse(cls: type[Schedule], body: bytes, *, timers: bool) -> Schedule:
+def _parse(cls: type[Schedule], body: bytes, *, timers: int) -> Schedule:
     reader = _Reader(body)
     name_length = reader.varint("strategy name length")
     try:
