@@ -662,3 +662,20 @@ def test_a_try_once_never_waits_so_never_passes_a_unit_on() -> None:
     h, late = _hand_on((2, 6.5), 0.0)
     result = h.check(2)
     assert result.status == "violation" and late in result.witness
+
+
+def _timed_none(excused: float | None, timeout: float = 0.0005) -> list[Operation]:
+    """A fresh pool of one block; a timed acquire answers None, the block FREE all along."""
+    observed = {"elapsed_s": timeout} if excused is None else {"elapsed_s": timeout, "excused_s": excused}
+    return [Operation(0, "b1", "acquire", {"timeout": timeout}, 0.0, timeout, "info", None, observed)]
+
+
+def test_a_timed_none_that_sat_through_a_jump_may_not_have_looked() -> None:
+    """A timed acquire's None, the only block FREE throughout: a violation, unless time jumped
+    while it was in flight (``excused_s``: a timer fired early, or the process stalled), when
+    its deadline may have passed while it sat ready, before it looked (a controlled loop's
+    anyio pool, which checkpoints before it looks, was a lost-wakeup under random). A try-once
+    is judged either way."""
+    assert check_history(_timed_none(None), 1).status == "violation"
+    assert check_history(_timed_none(0.001), 1).status == "ok"
+    assert check_history(_timed_none(0.001, timeout=0.0), 1).status == "violation"

@@ -163,9 +163,11 @@ def _map(op: Operation, num_blocks: int) -> _Mapped | str | None:
     return _Mapped(block, Kind.HELD, True) if op.outcome == "ok" else None
 
 
-def _map_acquire(op: Operation, num_blocks: int, settled: bool) -> _Mapped | str:
+def _map_acquire(op: Operation, num_blocks: int, settled: bool) -> _Mapped | str | None:
     result = op.result
     if op.outcome in ("ok", "info") and result is None:
+        if _timed_out_unseen(op):
+            return None  # it took nothing, and may not have looked
         # It answered None: it took nothing, and the pool was empty at some instant it waited.
         return _Mapped(EMPTY_POOL, Kind.HELD, True)
     if isinstance(result, int) and not isinstance(result, bool) and 0 <= result < num_blocks:
@@ -190,7 +192,7 @@ def _map_many(op: Operation, num_blocks: int) -> list[_Mapped] | str | None:
         return None
     if op.outcome in ("ok", "info") and result is None:
         if n == 1:
-            return [_Mapped(EMPTY_POOL, Kind.HELD, True)]
+            return None if _timed_out_unseen(op) else [_Mapped(EMPTY_POOL, Kind.HELD, True)]
         return [_Mapped(ANY_BLOCK, Kind.MAYBE_ACQUIRE, True, part) for part in range(n)]
     if op.outcome == "ok":
         ids = result if isinstance(result, list) else None
@@ -205,6 +207,17 @@ def _map_many(op: Operation, num_blocks: int) -> list[_Mapped] | str | None:
         return [_Mapped(block, Kind.ACQUIRE, True) for block in ids]
     settled = op.outcome == "raised"
     return [_Mapped(ANY_BLOCK, Kind.MAYBE_ACQUIRE, settled, part) for part in range(n)]
+
+
+def _timed_out_unseen(op: Operation) -> bool:
+    """Whether a timed acquire that answered None may have seen its deadline pass while it sat
+    ready to run, before it looked at the pool: time jumped meanwhile for a timer fired early
+    under control, or the process stalled (``observed["excused_s"]``). A real loop or OS that
+    keeps a woken waiter waiting past its deadline lets it time out so, whatever is free; its
+    None then says nothing of the pool. A try-once is judged as ever."""
+    timeout = op.args.get("timeout")
+    excused = op.observed.get("excused_s", 0.0) if op.observed else 0.0
+    return isinstance(timeout, int | float) and timeout > 0 and isinstance(excused, float) and excused > 0
 
 
 def _is_block(value: object, num_blocks: int) -> bool:
