@@ -1,7 +1,8 @@
-"""An async pool that keeps its deadlines on the wall clock (``time.time()``), as much code
-does: on the controlled loop its ``time.time()`` moves with virtual time. Before, it stood still
-there while the loop's timeouts ran on virtual time, so a correct pool's wait never reached its
-deadline: a false ``hang`` (PCT, at once, every seed)."""
+"""Pools that keep their deadlines on another clock than ``time.monotonic``: the wall clock
+(``time.time()``), as much code does, and ``time.clock_gettime`` (a blind sweep's pools, threads
+and asyncio). Under control each moves with virtual time. Before, they stood still while the
+timeouts ran on virtual time, so a correct pool's wait never reached its deadline: a false
+``hang`` or ``timeout-late`` (at once, every seed)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kvstress.mutants import AsyncioConditionPool
+from kvstress.mutants import AsyncioConditionPool, CondvarPool
 from kvstress.scenarios import ScenarioConfig, search
 from kvstress.schedulers import PCTScheduler, RandomScheduler
 
@@ -57,7 +58,32 @@ class DefaultClockPool(WallClockDeadlinePool):
         return self._now()
 
 
-@pytest.mark.parametrize("pool", [WallClockDeadlinePool, DefaultClockPool])
+class ClockGettimeAsyncPool(WallClockDeadlinePool):
+    """Correct: the same, its deadline on ``time.clock_gettime(time.CLOCK_MONOTONIC)``."""
+
+    def _clock(self) -> float:
+        return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+class ClockGettimeCondvarPool(CondvarPool):
+    """Correct: a Condition pool whose waiter keeps its deadline on
+    ``time.clock_gettime_ns(time.CLOCK_MONOTONIC)`` and looks again after every wake-up."""
+
+    def _until_free(self, timeout: float | None) -> bool:
+        deadline = (
+            None if timeout is None else time.clock_gettime_ns(time.CLOCK_MONOTONIC) + int(timeout * 1e9)
+        )
+        while not self._free:
+            left = (
+                None if deadline is None else (deadline - time.clock_gettime_ns(time.CLOCK_MONOTONIC)) / 1e9
+            )
+            if left is not None and left <= 0:
+                return False
+            self._wait(left)
+        return True
+
+
+@pytest.mark.parametrize("pool", [WallClockDeadlinePool, DefaultClockPool, ClockGettimeAsyncPool])
 def test_wall_clock_deadlines_expire_with_the_controlled_loop(pool: type) -> None:
     config = ScenarioConfig(pool, True)
     for scheduler in (PCTScheduler(seed=1), RandomScheduler(seed=1)):
@@ -74,3 +100,21 @@ def test_the_loop_s_wall_clock_is_the_real_one_off_the_loop(monkeypatch: pytest.
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 3600.0)
     assert abs(_loop_wall_time() - time.time()) < 1.0
+
+
+def test_clock_gettime_deadlines_expire_on_the_thread_baton() -> None:
+    config = ScenarioConfig(ClockGettimeCondvarPool, False)
+    for scheduler in (PCTScheduler(seed=1), RandomScheduler(seed=1)):
+        result = search(config, scheduler, max_executions=150, shrink=False)
+        assert result.failure is None, result.failure.describe()
+
+
+def test_clock_gettime_keeps_the_cpu_clocks_real() -> None:
+    """Only the monotonic and wall clocks are virtual: a CPU-time clock stays the process's own."""
+    from kvstress.controlled._patch import _TIME
+
+    fake = _TIME["clock_gettime"]
+    assert fake(time.CLOCK_PROCESS_CPUTIME_ID) == pytest.approx(
+        time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID), abs=0.5
+    )
+    assert abs(fake(time.CLOCK_MONOTONIC) - time.monotonic()) < 1.0  # off a controlled thread: real

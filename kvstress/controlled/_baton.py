@@ -49,7 +49,7 @@ from kvstress.controlled._errors import (
     ThreadDeadlock,
     TimeLimitExceeded,
 )
-from kvstress.controlled._loop import EARLY_FIRE_STEPS, FAIRNESS_BOUND, FIRE_HORIZON
+from kvstress.controlled._loop import EARLY_FIRE_STEPS, FAIRNESS_BOUND, FIRE_HORIZON, REAL_CLOCK_HINT
 from kvstress.controlled._quiet import quiet_lines
 from kvstress.schedulers import ALL_TIMERS, Scheduler
 
@@ -579,9 +579,8 @@ class ThreadController:
             self._fail_here(
                 TimeLimitExceeded(
                     f"virtual time would pass {self.max_time:g} s (the next deadline is {when:g} s): "
-                    "a thread keeps waiting or polling long past every timeout it was given (or keeps "
-                    "its deadline on the real clock, in a module kvstress does not control: one "
-                    "imported inside a function; pass it in modules)"
+                    "a thread keeps waiting or polling long past every timeout it was given "
+                    + REAL_CLOCK_HINT
                 )
             )
         if when > self.now:

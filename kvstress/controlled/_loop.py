@@ -87,6 +87,14 @@ TIMER_LANE = 1 << 20
 """The choice that fires the next timer early on the controlled loop (``fires_timers`` at
 ``ALL_TIMERS``): an id no task's lane reaches."""
 
+REAL_CLOCK_HINT = (
+    "(or keeps its deadline on a clock that stays real: time.monotonic, perf_counter, time and "
+    "clock_gettime, and their _ns forms, are virtual in the modules kvstress controls, but not in "
+    "a module imported inside a function, nor a C extension's clock; kvstress.explore and the "
+    "kvstress_explore marker take such a module in modules=[...])"
+)
+"""What a time-limit error adds: the usual cause besides a real wait past every timeout."""
+
 THREAD_WAIT_S = 10.0
 """Real seconds an idle loop waits for a call running in a thread before it calls it a deadlock."""
 
@@ -536,9 +544,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self.max_time is not None and when > self._kv_start + self.max_time:
             raise TimeLimitExceeded(
                 f"virtual time would pass {self.max_time:g} s (next timer at {when:g} s): something "
-                "keeps waiting or polling long past every timeout it was given (or keeps its "
-                "deadline on the real clock, in a module kvstress does not control: one imported "
-                "inside a function; pass it in modules)"
+                f"keeps waiting or polling long past every timeout it was given {REAL_CLOCK_HINT}"
             )
         if when > self._kv_now:
             self._kv_now = when

@@ -39,6 +39,35 @@ _THREADING = {
     "Barrier": _coop_compound.Barrier,
     "Timer": _coop_compound.Timer,
 }
+_MONOTONIC_NAMES = ("CLOCK_MONOTONIC", "CLOCK_MONOTONIC_RAW", "CLOCK_BOOTTIME")
+_MONOTONIC_IDS = frozenset(getattr(time, name) for name in _MONOTONIC_NAMES if hasattr(time, name))
+_WALL_IDS = frozenset(getattr(time, name) for name in ("CLOCK_REALTIME",) if hasattr(time, name))
+
+
+def _clock_gettimes(
+    monotonic: Callable[[], float], wall: Callable[[], float]
+) -> dict[str, Callable[[int], float | int]]:
+    """``clock_gettime`` and ``clock_gettime_ns`` that read ``monotonic`` for the monotonic
+    clocks (``CLOCK_MONOTONIC``, ``_RAW``, ``CLOCK_BOOTTIME``) and ``wall`` for
+    ``CLOCK_REALTIME``, so a deadline kept on them moves with the virtual clock; the CPU-time
+    clocks and any other stay real. Empty where the platform has no ``clock_gettime``."""
+    if not hasattr(time, "clock_gettime"):
+        return {}
+    real, real_ns = time.clock_gettime, time.clock_gettime_ns
+
+    def clock_gettime(clk_id: int) -> float:
+        if clk_id in _MONOTONIC_IDS:
+            return monotonic()
+        return wall() if clk_id in _WALL_IDS else real(clk_id)
+
+    def clock_gettime_ns(clk_id: int) -> int:
+        if clk_id in _MONOTONIC_IDS or clk_id in _WALL_IDS:
+            return int(clock_gettime(clk_id) * 1e9)
+        return real_ns(clk_id)
+
+    return {"clock_gettime": clock_gettime, "clock_gettime_ns": clock_gettime_ns}
+
+
 _TIME = {
     "sleep": _coop.sleep,
     "monotonic": _coop.monotonic,
@@ -47,6 +76,7 @@ _TIME = {
     "perf_counter_ns": _coop.monotonic_ns,
     "time": _coop.time,
     "time_ns": _coop.time_ns,
+    **_clock_gettimes(_coop.monotonic, _coop.time),
 }
 _QUEUE = {
     "Queue": _coop_queue.Queue,
@@ -122,6 +152,7 @@ _LOOP_TIME = {
     "perf_counter_ns": _loop_time_ns,
     "time": _loop_wall_time,
     "time_ns": _loop_wall_time_ns,
+    **_clock_gettimes(_loop_time, _loop_wall_time),
 }
 
 
