@@ -162,3 +162,63 @@ def test_a_race_seen_in_a_fixtures_teardown_replays_through_it(pytester: pytest.
     again.assert_outcomes(passed=1, errors=1)
     replayed = again.stdout.str()
     assert "AssertionError: overbooked" in replayed and "ScheduleDivergence" not in replayed
+
+
+DRAINER = """
+import queue
+import threading
+
+import pytest
+
+import kvstress
+
+
+@pytest.fixture
+def drained_pool():
+    # Starts a drainer thread that releases what the test queues, and leaves it running.
+    pool = kvstress.ThreadedBlockPool(2, (2,))
+    returned = queue.Queue()
+
+    def drain():
+        while (block := returned.get()) is not None:
+            pool.release(block)
+
+    worker = threading.Thread(target=drain, name="drainer")
+    worker.start()
+    yield pool, returned
+    returned.put(None)
+    worker.join()
+"""
+
+DRAINED_TEST = """
+import pytest
+
+
+@pytest.mark.kvstress_explore(schedules=20, seed=0)
+def test_explored(drained_pool):
+    pool, returned = drained_pool
+    for _ in range(4):
+        block = pool.acquire(timeout=5)
+        assert block is not None
+        returned.put(block)
+"""
+
+
+def test_a_thread_a_fixture_leaves_running_is_refused_not_a_finding(pytester: pytest.Pytester) -> None:
+    """A plain explored test whose fixture (in conftest) starts a drainer thread its waits depend
+    on: the thread ran on real time beside the schedule, virtual time jumped past the test's 5 s
+    wait, and the correct test failed its own assertion as a failing schedule (a blind sweep).
+    Refused now, naming the thread and what to do, before any schedule runs. In the test's own
+    module the fixture's thread is a cooperative one, and its start says the same."""
+    pytester.makeconftest(DRAINER)
+    pytester.makepyfile(test_drain=DRAINED_TEST)
+    result = _run(pytester)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "a fixture started thread(s) 'drainer', still running as the schedule begins" in out
+    assert "assert None is not None" not in out and "--kvstress-replay" not in out
+    pytester.makeconftest("")
+    pytester.makepyfile(test_drain=DRAINER + DRAINED_TEST.replace("import pytest", ""))
+    result = _run(pytester)
+    result.assert_outcomes(errors=1)
+    assert "a thread a fixture starts cannot be scheduled; start it in the test itself" in result.stdout.str()

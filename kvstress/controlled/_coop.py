@@ -505,7 +505,11 @@ class Thread:
         if self._thread is not None:
             raise RuntimeError("threads can only be started once")
         if controller is None:
-            raise RuntimeError("a cooperative Thread can only start inside a controlled run")
+            raise RuntimeError(
+                "a thread of a module kvstress makes cooperative started outside a controlled run: "
+                "an explored test's fixtures run before its schedule does, so a thread a fixture "
+                "starts cannot be scheduled; start it in the test itself"
+            )
         # Recorded before the scheduling point: the thread, or another, may run first and join it.
         self._thread = controller.start_thread(self.run, self._name, daemon=self.daemon, started_by_code=True)
         controller.yield_point()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -46,6 +47,27 @@ _THEN_TEARDOWN = "passed, and then its fixtures' teardown failed"
 _WITH_GIVEN = (
     "does not combine with Hypothesis' @given; explore a plain test, or call kvstress.explore inside"
 )
+
+
+def _refuse_fixture_threads(run: Run, test: Callable[..., Any]) -> None:
+    """A plain test's schedule cannot include a thread its fixtures started and left running
+    (a drainer, a worker): it runs on real time beside the scheduled ones, and a wait on it
+    would time out at once on virtual time, a failure that is not the code's. Refused with what
+    to do instead, before any schedule runs."""
+    if inspect.iscoroutinefunction(test):
+        return
+    started = [
+        t for t in threading.enumerate() if t not in run.threads_before and t.is_alive() and not t.daemon
+    ]
+    if started:
+        run.done = True
+        names = ", ".join(repr(t.name) for t in started)
+        pytest.fail(
+            f"{MARKER_NAME}: a fixture started thread(s) {names}, still running as the schedule "
+            "begins: kvstress schedules only the threads the test itself starts (fixtures run "
+            "before each schedule, outside it). Start them in the test, or drop the marker.",
+            pytrace=False,
+        )
 
 
 class ExploredTests:
@@ -187,6 +209,7 @@ class ExploredTests:
         @functools.wraps(test)
         def explore_test(**fixtures: Any) -> None:
             __tracebackhide__ = True
+            _refuse_fixture_threads(run, test)
             fn = functools.partial(test, **fixtures)
             limit, modules = run.limit, run.modules
             outcome = search(fn, scheduler, limit, failure_types=_FAILURES, modules=modules, backend=backend)
@@ -223,6 +246,7 @@ class ExploredTests:
             if run.scheduler is None:
                 run.done = True
                 pytest.fail(f"{MARKER_NAME}: {run.problem}", pytrace=False)
+            _refuse_fixture_threads(run, test)
             fn = functools.partial(test, **fixtures)
             try:
                 outcome = search(

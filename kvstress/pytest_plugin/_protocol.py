@@ -24,6 +24,7 @@ import bdb
 import contextlib
 import functools
 import inspect
+import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ class Run:
     loop: Any = None  # the controlled loop the copy being run was set up on (``on_loop``)
     exhausted: bool = False  # the strategy had no schedule left for the copy being set up
     audit_mark: int = 0  # ``violations_mark`` as the copy being run was set up (``on_loop``)
+    threads_before: frozenset[threading.Thread] = frozenset()  # alive as the copy's setup began
 
 
 def run_schedules(item: pytest.Function, nextitem: pytest.Item | None, run: Run) -> None:
@@ -100,6 +102,7 @@ def _once(
         calls.append(call)
         reports.append(ihook.pytest_runtest_makereport(item=copy, call=call))
 
+    run.threads_before = frozenset(threading.enumerate())
     phase("setup", lambda: ihook.pytest_runtest_setup(item=copy))
     unbound = _unbound_param(item, calls[0], direct)
     if reports[0].passed and not copy.config.getoption("setuponly", False):
