@@ -104,6 +104,12 @@ def test_report_prints_and_rerenders(found: tuple[subprocess.CompletedProcess[st
         (["fuzz", "--pool", "kvstress:BlockState"], "raised"),
         (["fuzz", "--pool", "pools.tiny:Block"], "raised TypeError"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--budget", "0"], "--budget"),
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--budget", "inf"], "finite"),  # ran for ever
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--seed", "-1"], "--seed"),
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--memory-limit", "100M"], "at least 512M"),
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--backend", "trio"], "threaded pool"),
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--report-dir", "/dev/null/r"], "--report-dir"),
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--report-dir", "/proc/x"], "--report-dir"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--blocks", "0"], "num_blocks"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--shard", "2/2"], "--shard"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--strategy", "magic"], "--strategy"),

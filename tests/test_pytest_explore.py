@@ -253,3 +253,21 @@ def test_a_pytest_asyncio_test_that_never_ends_fails_at_an_hour(pytester: pytest
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*TimeLimitExceeded*virtual time would pass 3600 s*"])
+
+
+def test_a_replay_command_quotes_a_node_id_a_shell_would_split() -> None:
+    """Parametrize ids with a space, a ``;`` or a quote are quoted (pasted as printed, ``[two
+    words]`` ran ``words]`` as a second path, and ``[a;b]`` a second command); plain ids, brackets
+    included, stay as pytest prints them; braces survive the schedule's formatting."""
+    from types import SimpleNamespace
+
+    from kvstress.pytest_plugin._explore import _replay_hint
+
+    def command(nodeid: str) -> str:
+        return _replay_hint(SimpleNamespace(nodeid=nodeid)).format("ks1:AB")  # type: ignore[arg-type]
+
+    assert command("t.py::test[0-asyncio]") == "pytest --kvstress-replay=ks1:AB t.py::test[0-asyncio]"
+    assert command("t.py::test[two words]") == "pytest --kvstress-replay=ks1:AB 't.py::test[two words]'"
+    assert command("t.py::test[a;b]") == "pytest --kvstress-replay=ks1:AB 't.py::test[a;b]'"
+    assert command("t.py::test[x'y]") == """pytest --kvstress-replay=ks1:AB 't.py::test[x'"'"'y]'"""
+    assert command("t.py::test[{k}]") == "pytest --kvstress-replay=ks1:AB 't.py::test[{k}]'"

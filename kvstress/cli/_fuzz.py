@@ -11,6 +11,7 @@ them all at the first failure; ``--shard I/N`` takes every N-th stream, for CI m
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import replace
 
@@ -38,7 +39,9 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
     parser.add_argument("--report-dir", default="reports", metavar="DIR", help="(%(default)s)")
     parser.add_argument("--blocks", type=int, default=2, metavar="N", help="blocks per pool (%(default)s)")
     parser.add_argument("--block-shape", default="2,4", metavar="D,D", help="(%(default)s)")
-    parser.add_argument("--backend", default="asyncio", choices=("asyncio", "trio"), help="async pools")
+    parser.add_argument(
+        "--backend", default=None, choices=("asyncio", "trio"), help="async pools (default: asyncio)"
+    )
     parser.add_argument(
         "--strategy",
         default="auto",
@@ -57,8 +60,10 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fuzz as asked, in supervised child processes; print the finding's report and replay."""
-    if not args.budget > 0:
-        raise UsageError(f"--budget must be > 0 seconds, got {args.budget:g}")
+    if not (args.budget > 0 and math.isfinite(args.budget)):
+        raise UsageError(f"--budget must be a finite number of seconds > 0, got {args.budget:g}")
+    if not 0 <= args.seed < 1 << 64:
+        raise UsageError(f"--seed must be an integer in [0, 2**64), got {args.seed}")
     if args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     shard, shards = _shard(args.shard)
@@ -66,9 +71,12 @@ def run(args: argparse.Namespace) -> int:
     shape = _shape(args.block_shape)
     limit = default_memory_limit() if args.memory_limit == "auto" else _size(args.memory_limit)
     try:
-        target = load_target(args.pool, num_blocks=args.blocks, block_shape=shape, backend=args.backend)
+        backend = args.backend or "asyncio"
+        target = load_target(args.pool, num_blocks=args.blocks, block_shape=shape, backend=backend)
     except TargetError as error:
         raise UsageError(str(error)) from None
+    if args.backend is not None and not target.is_async:
+        raise UsageError(f"--backend {args.backend} applies to async pools; {args.pool} is a threaded pool")
     configure(args.report_dir)
     job = replace(
         Job.of(target, budget_s=args.budget, seed=args.seed, mix=mix, report_dir=args.report_dir),

@@ -12,13 +12,20 @@ from pathlib import Path
 
 import structlog
 
+from kvstress.cli._parser import UsageError
+
 
 def configure(report_dir: str | Path, *, console: bool | None = None) -> Path:
     """Send kvstress' events to ``<report_dir>/events.jsonl``; returns that path."""
     directory = Path(report_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "events.jsonl"
-    handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8")]
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8")]
+    except OSError as error:
+        raise UsageError(
+            f"--report-dir {str(report_dir)!r} cannot hold reports: {error.strerror or error}"
+        ) from None
     handlers[0].setFormatter(
         structlog.stdlib.ProcessorFormatter(processor=structlog.processors.JSONRenderer())
     )

@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         card = load_card(args.model)
     except ValueError as exc:
         # The API names its own parameter; on the command line the user wrote --model.
-        raise UsageError(f"argument --model: {exc}") from exc
+        said = str(exc).removeprefix("name_or_path ")
+        raise UsageError(f"argument --model: {said}") from exc
     result = plan(
         card,
         concurrency=args.concurrency,

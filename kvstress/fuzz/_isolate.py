@@ -56,6 +56,12 @@ def default_memory_limit() -> int | None:
         return None
 
 
+MIN_MEMORY_LIMIT = 512 << 20
+"""The smallest ``--memory-limit``: a child holds about 250 MiB of heap and private memory
+(Python, torch, kvstress) before the pool does anything, and each thread it starts maps a stack;
+under 300 MiB it could not start its threads at all."""
+
+
 def parse_size(text: str) -> int | None:
     """``--memory-limit``: bytes with an optional K, M, G or T suffix; ``none`` for no limit.
     ValueError names the option."""
@@ -70,6 +76,11 @@ def parse_size(text: str) -> int | None:
         value = -1.0
     if not value > 0:
         raise ValueError(f"--memory-limit must be a size such as 4G or 512M, or none, got {text!r}")
+    if value * scale < MIN_MEMORY_LIMIT:
+        raise ValueError(
+            f"--memory-limit must be at least 512M (a fuzzing child uses about 250M before the pool "
+            f"does anything), got {text!r}"
+        )
     return int(value * scale)
 
 

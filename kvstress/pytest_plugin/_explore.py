@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import re
+import shlex
 import threading
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
@@ -37,6 +39,7 @@ _FACTORY = "kvstress"  # our loop factory's name (pytest-asyncio hides it from t
 _FACTORIES = "kvstress-explore-loop"  # the plugin that offers it
 
 MARKER_NAME = "kvstress_explore"
+_SHELL_SAFE = re.compile(r"[\w@%+=:,./\[\]-]+")  # a node id bash takes as it is (brackets too)
 MARKER = (
     f"{MARKER_NAME}(schedules=200, strategy='pct', seed=None, modules=()): run the test under up to "
     "that many controlled schedules (kvstress.explore), stopping at the first failure"
@@ -54,11 +57,10 @@ def _refuse_fixture_threads(run: Run, test: Callable[..., Any]) -> None:
     (a drainer, a worker): it runs on real time beside the scheduled ones, and a wait on it
     would time out at once on virtual time, a failure that is not the code's. Refused with what
     to do instead, before any schedule runs."""
-    if inspect.iscoroutinefunction(test):
+    before = run.threads_before
+    if inspect.iscoroutinefunction(test) or before is None:  # None: another plugin ran the setup
         return
-    started = [
-        t for t in threading.enumerate() if t not in run.threads_before and t.is_alive() and not t.daemon
-    ]
+    started = [t for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
     if started:
         run.done = True
         names = ", ".join(repr(t.name) for t in started)
@@ -402,8 +404,10 @@ def _nothing(**fixtures: Any) -> None:
 
 
 def _replay_hint(item: pytest.Function) -> str:
-    """The replay command for ``item``, its ``{}`` taking the schedule."""
-    return f"pytest --kvstress-replay={{}} {item.nodeid}"
+    """The replay command for ``item``, its ``{}`` taking the schedule; the node id quoted for a
+    shell where it needs it (a parametrize id with a space, a quote, a ``;``)."""
+    nodeid = item.nodeid if _SHELL_SAFE.fullmatch(item.nodeid) else shlex.quote(item.nodeid)
+    return "pytest --kvstress-replay={} " + nodeid.replace("{", "{{").replace("}", "}}")
 
 
 def _anyio_backend(item: pytest.Function) -> str | None:

@@ -61,7 +61,7 @@ class Run:
     loop: Any = None  # the controlled loop the copy being run was set up on (``on_loop``)
     exhausted: bool = False  # the strategy had no schedule left for the copy being set up
     audit_mark: int = 0  # ``violations_mark`` as the copy being run was set up (``on_loop``)
-    threads_before: frozenset[threading.Thread] = frozenset()  # alive as the copy's setup began
+    threads_before: frozenset[threading.Thread] | None = None  # alive as our copy's setup began
 
 
 def run_schedules(item: pytest.Function, nextitem: pytest.Item | None, run: Run) -> None:
