@@ -679,3 +679,18 @@ def test_a_timed_none_that_sat_through_a_jump_may_not_have_looked() -> None:
     assert check_history(_timed_none(None), 1).status == "violation"
     assert check_history(_timed_none(0.001), 1).status == "ok"
     assert check_history(_timed_none(0.001, timeout=0.0), 1).status == "violation"
+
+
+def test_a_timed_none_not_judged_still_counts_as_in_flight() -> None:
+    """A waiter (b1) that may have timed out before it looked is still an acquire in flight: its
+    getter task may hold a unit meanwhile, which excuses a try-once's None beside it (a blind
+    sweep's shielded-getter pool: the first version of the rule dropped b1 from the history
+    altogether, and the try-once became a lost-block)."""
+    excused = {"elapsed_s": 0.001, "excused_s": 0.001}
+    history = [
+        Operation(0, "b1", "acquire", {"timeout": 0.0005}, 0.0005, 0.0015, "info", None, excused),
+        Operation(1, "b0", "acquire", {"timeout": 0.0}, 0.0005, 0.0005, "ok", 1),
+        Operation(2, "b0", "acquire", {"timeout": 0.0}, 0.0005, 0.0005, "info", None),
+        Operation(3, "b2", "acquire", {"timeout": 1.0}, 0.0005, 0.0015, "ok", 0, excused),
+    ]
+    assert check_history(history, 2).status == "ok"

@@ -108,8 +108,10 @@ class _Checker:
         self.deadline = deadline
         model = translate(history, num_blocks)
         coupling = Coupling(model)
-        excused = reserved_nones(model, coupling)
-        if excused:
+        # Judged with every None in flight (one that may not have looked may still have held a
+        # unit meanwhile), then neither kind of None is judged itself.
+        excused = reserved_nones(model, coupling) | model.unseen
+        if excused & {e.index for e in model.empties}:
             model = replace(model, empties=tuple(e for e in model.empties if e.index not in excused))
             coupling = Coupling(model)
         self.model: Translation = model

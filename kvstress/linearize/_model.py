@@ -79,6 +79,7 @@ class Translation:
     positions: int  # every finite position is below this
     returns: tuple[tuple[int, int], ...] = ()  # (index, position of its return; OPEN: none)
     patient: frozenset[int] = frozenset()  # acquires that could wait (timeout not 0): a unit may reach them
+    unseen: frozenset[int] = frozenset()  # timed Nones that may not have looked (``_timed_out_unseen``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,7 @@ def translate(history: Sequence[Operation], num_blocks: int) -> Translation:
     returns = tuple((op.index, OPEN if op.end is None else position[op.end]) for op in ops)
     returns += tuple(extra_returns)
     patient = frozenset(op.index for op in ops if op.name in _TAKING and op.args.get("timeout") != 0)
+    unseen = frozenset(op.index for op in ops if op.name in _TAKING and _timed_out_unseen(op))
     return Translation(
         tuple(map(tuple, blocks)),
         tuple(wildcards),
@@ -138,6 +140,7 @@ def translate(history: Sequence[Operation], num_blocks: int) -> Translation:
         2 * len(times),
         returns,
         patient,
+        unseen,
     )
 
 
@@ -163,11 +166,9 @@ def _map(op: Operation, num_blocks: int) -> _Mapped | str | None:
     return _Mapped(block, Kind.HELD, True) if op.outcome == "ok" else None
 
 
-def _map_acquire(op: Operation, num_blocks: int, settled: bool) -> _Mapped | str | None:
+def _map_acquire(op: Operation, num_blocks: int, settled: bool) -> _Mapped | str:
     result = op.result
     if op.outcome in ("ok", "info") and result is None:
-        if _timed_out_unseen(op):
-            return None  # it took nothing, and may not have looked
         # It answered None: it took nothing, and the pool was empty at some instant it waited.
         return _Mapped(EMPTY_POOL, Kind.HELD, True)
     if isinstance(result, int) and not isinstance(result, bool) and 0 <= result < num_blocks:
@@ -192,7 +193,7 @@ def _map_many(op: Operation, num_blocks: int) -> list[_Mapped] | str | None:
         return None
     if op.outcome in ("ok", "info") and result is None:
         if n == 1:
-            return None if _timed_out_unseen(op) else [_Mapped(EMPTY_POOL, Kind.HELD, True)]
+            return [_Mapped(EMPTY_POOL, Kind.HELD, True)]
         return [_Mapped(ANY_BLOCK, Kind.MAYBE_ACQUIRE, True, part) for part in range(n)]
     if op.outcome == "ok":
         ids = result if isinstance(result, list) else None
@@ -214,7 +215,10 @@ def _timed_out_unseen(op: Operation) -> bool:
     ready to run, before it looked at the pool: time jumped meanwhile for a timer fired early
     under control, or the process stalled (``observed["excused_s"]``). A real loop or OS that
     keeps a woken waiter waiting past its deadline lets it time out so, whatever is free; its
-    None then says nothing of the pool. A try-once is judged as ever."""
+    None then says nothing of the pool (the checker does not judge it, but it still counts as
+    an acquire in flight, which may have held a unit meanwhile). A try-once is judged as ever."""
+    if op.outcome not in ("ok", "info") or op.result is not None:
+        return False
     timeout = op.args.get("timeout")
     excused = op.observed.get("excused_s", 0.0) if op.observed else 0.0
     return isinstance(timeout, int | float) and timeout > 0 and isinstance(excused, float) and excused > 0
