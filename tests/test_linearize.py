@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -687,10 +688,14 @@ def test_a_timed_none_not_judged_still_counts_as_in_flight() -> None:
     sweep's shielded-getter pool: the first version of the rule dropped b1 from the history
     altogether, and the try-once became a lost-block)."""
     excused = {"elapsed_s": 0.001, "excused_s": 0.001}
+    t = [0.0005]  # one instant of virtual time, its calls apart by a float each (as recorded)
+    for _ in range(4):
+        t.append(math.nextafter(t[-1], 1.0))
     history = [
-        Operation(0, "b1", "acquire", {"timeout": 0.0005}, 0.0005, 0.0015, "info", None, excused),
-        Operation(1, "b0", "acquire", {"timeout": 0.0}, 0.0005, 0.0005, "ok", 1),
-        Operation(2, "b0", "acquire", {"timeout": 0.0}, 0.0005, 0.0005, "info", None),
-        Operation(3, "b2", "acquire", {"timeout": 1.0}, 0.0005, 0.0015, "ok", 0, excused),
+        Operation(0, "b1", "acquire", {"timeout": 0.0005}, t[0], 0.0015, "info", None, excused),
+        Operation(1, "b0", "acquire", {"timeout": 0.0}, t[1], t[2], "ok", 1),
+        Operation(2, "b0", "acquire", {"timeout": 0.0}, t[3], t[4], "info", None),
+        Operation(3, "b2", "acquire", {"timeout": 1.0}, math.nextafter(t[4], 1.0), 0.0016, "ok", 0, excused),
     ]
     assert check_history(history, 2).status == "ok"
+    assert check_history(history[1:], 2).status == "violation"  # the first version's reading
