@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvstress._violation import InvariantViolation
-from kvstress.explorer._run import Outcome, check_backend, search
+from kvstress.explorer._run import MisusedExplore, Outcome, check_backend, search
 from kvstress.explorer._strategies import (
     check_schedules,
     check_strategy,
@@ -108,8 +108,13 @@ def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay
     failure = outcome.failure
     if failure is None:
         raise RuntimeError("raise_failure called for an outcome that did not fail")
+    if isinstance(failure, MisusedExplore):
+        raise failure  # how explore was called, not a schedule of the code
     if isinstance(failure, InvariantViolation) and failure.history:
-        # No report file for an explored test: its history and blocks go into the failure itself.
-        failure.add_note("\n".join(failure.details().splitlines()[1:]))
+        # No report file for an explored test: its history and blocks go into the failure itself
+        # (after the message, which the exception shows already: an acquire stack, say).
+        details, message = failure.details(), str(failure)
+        rest = details.removeprefix(message) if details.startswith(message) else details
+        failure.add_note(rest.lstrip("\n"))
     failure.add_note(failure_note(outcome, strategy, seed, limit, replay_hint))
     raise failure

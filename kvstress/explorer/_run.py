@@ -183,12 +183,17 @@ def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
     seeded_trio_run(bounded, seed=scheduler.next_u64())
 
 
+class MisusedExplore(ValueError):
+    """How ``explore`` was called is wrong (found only once ``fn`` ran): raised as it is, with no
+    schedule to replay."""
+
+
 def _not_awaitable(fn: Callable[[], Any]) -> Any:
     """``fn()``, refusing a plain function that returned a coroutine (``lambda: main()``)."""
     result = fn()
     if inspect.iscoroutine(result):
         result.close()  # never awaited: close it so Python does not warn about it
-        raise ValueError(
+        raise MisusedExplore(
             "fn returned a coroutine: pass the async function itself (or functools.partial of it), "
             "not a plain function that calls it, so that it runs on the controlled event loop"
         )
