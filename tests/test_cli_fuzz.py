@@ -359,3 +359,13 @@ def test_a_subpackage_import_does_not_hide_the_function_of_its_name() -> None:
         "assert not isinstance(kvstress.audit, types.ModuleType), kvstress.audit",
         "assert not isinstance(kvstress.shadow, types.ModuleType), kvstress.shadow",
     )
+
+
+def test_a_report_without_its_config_says_the_field_is_missing() -> None:
+    """Not "config.kind is None": the field replay needs is named as missing (a blind sweep)."""
+    from kvstress.fuzz._replay import replay_report
+
+    with pytest.raises(ValueError, match="no 'config' field"):
+        replay_report({"schema": "kvstress.failure/1"})
+    with pytest.raises(ValueError, match="'config' field is 3, not an object"):
+        replay_report({"config": 3})

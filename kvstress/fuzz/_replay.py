@@ -45,7 +45,13 @@ class ReplayOutcome:
 def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcome:
     """Re-run what ``report`` recorded (a loaded, checked report); see the module docstring."""
     config = report.get("config")
-    kind = config.get("kind") if isinstance(config, dict) else None
+    if not isinstance(config, dict):
+        raise ValueError(
+            "the report has no 'config' field (what replay re-runs)"
+            if config is None
+            else f"the report's 'config' field is {config!r}, not an object"
+        )
+    kind = config.get("kind")
     if kind not in KINDS:
         raise ValueError(f"the report's config.kind is {kind!r}, expected one of {KINDS}")
     assert isinstance(config, dict)
