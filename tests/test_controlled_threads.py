@@ -970,7 +970,7 @@ def test_bad_max_executions_raises_value_error(bad: object) -> None:
 
 def test_spawn_outside_a_run_raises() -> None:
     """spawn() outside run_threads raises RuntimeError instead of starting an uncontrolled thread."""
-    with pytest.raises(RuntimeError, match="inside a controlled run"):
+    with pytest.raises(RuntimeError, match="outside a controlled run"):
         spawn(lambda: None)
 
 

@@ -678,7 +678,7 @@ def test_primitives_outside_a_run_are_plain_uncontended_ones() -> None:
         event.wait()
     q.put(1)
     assert q.get() == 1
-    with pytest.raises(RuntimeError, match="only start inside a controlled run"):
+    with pytest.raises(RuntimeError, match="started outside a controlled run"):
         _coop.Thread(target=lambda: None).start()
 
 

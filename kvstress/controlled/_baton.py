@@ -528,8 +528,12 @@ class ThreadController:
         thread the code under test started, daemons included (a ``threading.Timer``, a
         reaper's tick). A harness thread's timed wait on a primitive never comes early: it
         bounds how long the harness waits for an answer."""
-        threads = self.threads
-        timed = [t for t in threads if not t.finished and t.deadline is not None and t.waiting is not None]
+        every = self._fires_timers >= ALL_TIMERS  # else daemons' timers keep out (``SLEEPERS``)
+        timed = [
+            t
+            for t in self.threads
+            if not t.finished and (every or not t.daemon) and t.deadline is not None and t.waiting is not None
+        ]
         if not timed:
             return []
         when = min(t.deadline for t in timed if t.deadline is not None)
@@ -540,10 +544,7 @@ class ThreadController:
             t.tid
             for t in timed
             if t.deadline == when
-            and (
-                (t.started_by_code and self._fires_timers >= ALL_TIMERS)
-                or (not t.daemon and getattr(t.waiting, "fires_early", False))
-            )
+            and ((every and t.started_by_code) or (not t.daemon and getattr(t.waiting, "fires_early", False)))
         ]
 
     def _fire(self, sleeper: ControlledThread) -> None:
