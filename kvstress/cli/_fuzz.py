@@ -11,8 +11,11 @@ them all at the first failure; ``--shard I/N`` takes every N-th stream, for CI m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 
 from kvstress.cli._logging import configure
@@ -83,8 +86,33 @@ def run(args: argparse.Namespace) -> int:
         memory_limit=limit,
     )
     streams = [shard + shards * w for w in range(args.workers)]
-    result = _supervised(job, streams)
-    return _say(result, args)
+    with _terminated_as_interrupted() as terminated:
+        result = _supervised(job, streams)
+    status = _say(result, args)
+    return 128 + signal.SIGTERM if terminated and status == 130 else status
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupted() -> Iterator[list[int]]:
+    """SIGTERM (a CI job's time limit, ``kill``) ends the run as Ctrl-C does: the children are
+    stopped, what they found is kept and the summary printed, then exit 143. Without it the
+    process died at once, its children lived on for seconds, and Python's resource tracker
+    printed leaked semaphores over the log. The list holds the signal once it came."""
+    came: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        came.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield came
+        return
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _size(text: str) -> int | None:
