@@ -271,3 +271,26 @@ def test_a_replay_command_quotes_a_node_id_a_shell_would_split() -> None:
     assert command("t.py::test[a;b]") == "pytest --kvstress-replay=ks1:AB 't.py::test[a;b]'"
     assert command("t.py::test[x'y]") == """pytest --kvstress-replay=ks1:AB 't.py::test[x'"'"'y]'"""
     assert command("t.py::test[{k}]") == "pytest --kvstress-replay=ks1:AB 't.py::test[{k}]'"
+
+
+def test_the_summary_lists_explored_tests_run_by_xdist_workers(pytester: pytest.Pytester) -> None:
+    """Under ``-n 2`` the tests run in workers, and only their reports reach the controller that
+    prints the summary: each passing test's line comes from its report (none was printed)."""
+    pytester.makepyfile(
+        test_two="""
+import pytest
+
+@pytest.mark.kvstress_explore(schedules=5, seed=1)
+def test_a():
+    pass
+
+@pytest.mark.kvstress_explore(schedules=7, seed=1)
+def test_b():
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert "test_two.py::test_a: explored 5 schedules" in out
+    assert "test_two.py::test_b: explored 7 schedules" in out

@@ -78,7 +78,7 @@ class ExploredTests:
     def __init__(self, session_seed: int, replay: str | None) -> None:
         self._session_seed = session_seed
         self._replay = replay
-        self.explored: list[tuple[str, str]] = []  # (node id, what ran) per passing marked test
+        self.explored: dict[str, str] = {}  # node id -> what ran, per passing marked test
         self._factories = _LoopFactories(self)
         self._looped: set[str] = set()  # tests pytest-asyncio parametrised with our loop factory
         self._active: Run | None = None  # the exploration whose copies run now
@@ -170,9 +170,8 @@ class ExploredTests:
         if backend not in BACKENDS:
             if run is not None:
                 run.done = True
-            self.explored.append(
-                (pyfuncitem.nodeid, f"not explored: anyio backend {backend!r} (asyncio and trio only)")
-            )
+            said = f"not explored: anyio backend {backend!r} (asyncio and trio only)"
+            self.explored[pyfuncitem.nodeid] = said
             return (yield)
         original = pyfuncitem.obj
         test = inspect.unwrap(original)
@@ -193,8 +192,16 @@ class ExploredTests:
             terminalreporter.write_line(f"kvstress: --kvstress-replay given, but no {MARKER_NAME} test ran")
         if self.explored:
             terminalreporter.section(SECTION, sep="-")
-            for nodeid, line in self.explored:
+            for nodeid, line in self.explored.items():
                 terminalreporter.write_line(f"{nodeid}: {line}")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A passing marked test's line from its report: under pytest-xdist the test ran in a
+        worker, and only its report reaches the controller that prints the summary."""
+        if report.when == "call" and report.passed:
+            for title, content in report.sections:
+                if title == f"Captured {SECTION} call":
+                    self.explored[report.nodeid] = content
 
     def _explorer(
         self, item: pytest.Function, run: Run, test: Callable[..., Any], backend: str
@@ -328,7 +335,7 @@ class ExploredTests:
         line = f"explored {runs} schedules (strategy {name!r}, seed {seed})"
         item.user_properties.append(("kvstress_schedules", runs))
         item.add_report_section("call", SECTION, line)
-        self.explored.append((item.nodeid, line))
+        self.explored[item.nodeid] = line
 
     def _options(
         self, item: pytest.Function, marker: pytest.Mark
