@@ -299,6 +299,12 @@ def test_bad_arguments_name_themselves(options: dict[str, object], named: str) -
         explore(booking(racy=False), **options)  # type: ignore[arg-type]
 
 
+def test_trio_for_a_plain_function_is_refused() -> None:
+    """A plain fn runs on threads: ``backend="trio"`` was ignored without a word (a blind sweep)."""
+    with pytest.raises(ValueError, match=r"^backend='trio' applies to an async fn"):
+        explore(lambda: None, backend="trio", schedules=2, seed=0)
+
+
 def test_explore_is_public() -> None:
     """kvstress.explore is the explorer's function."""
     assert kvstress.explore is explore

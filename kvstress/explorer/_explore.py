@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvstress._violation import InvariantViolation
-from kvstress.explorer._run import MisusedExplore, Outcome, check_backend, search
+from kvstress.explorer._run import MisusedExplore, Outcome, check_backend, is_async, search
 from kvstress.explorer._strategies import (
     check_schedules,
     check_strategy,
@@ -72,6 +72,8 @@ def explore(
     run_seed = pick_seed(seed)
     if not callable(fn):
         raise ValueError(f"fn must be a function to explore, got {fn!r} ({type(fn).__name__})")
+    if backend != "asyncio" and not is_async(fn):
+        raise ValueError(f"backend={backend!r} applies to an async fn; {fn!r} runs on threads")
     if replay is not None:
         outcome = search(fn, replay_scheduler(replay), 1, modules=modules, backend=backend)
         strategy, schedules = "replay", 1
