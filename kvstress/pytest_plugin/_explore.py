@@ -21,7 +21,6 @@ import functools
 import inspect
 import re
 import shlex
-import threading
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -57,10 +56,10 @@ def _refuse_fixture_threads(run: Run, test: Callable[..., Any]) -> None:
     (a drainer, a worker): it runs on real time beside the scheduled ones, and a wait on it
     would time out at once on virtual time, a failure that is not the code's. Refused with what
     to do instead, before any schedule runs."""
-    before = run.threads_before
-    if inspect.iscoroutinefunction(test) or before is None:  # None: another plugin ran the setup
+    new = run.setup_threads
+    if inspect.iscoroutinefunction(test) or new is None:  # None: another plugin ran the setup
         return
-    started = [t for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
+    started = [t for t in new if t.is_alive() and not t.daemon]
     if started:
         run.done = True
         names = ", ".join(repr(t.name) for t in started)
