@@ -206,17 +206,18 @@ def test_explored(drained_pool):
 
 def test_a_thread_a_fixture_leaves_running_is_refused_not_a_finding(pytester: pytest.Pytester) -> None:
     """A plain explored test whose fixture (in conftest) starts a drainer thread its waits depend
-    on: the thread ran on real time beside the schedule, virtual time jumped past the test's 5 s
+    on (daemon or not): the thread ran on real time beside the schedule, virtual time jumped past the test's 5 s
     wait, and the correct test failed its own assertion as a failing schedule (a blind sweep).
     Refused now, naming the thread and what to do, before any schedule runs. In the test's own
     module the fixture's thread is a cooperative one, and its start says the same."""
-    pytester.makeconftest(DRAINER)
-    pytester.makepyfile(test_drain=DRAINED_TEST)
-    result = _run(pytester)
-    result.assert_outcomes(failed=1)
-    out = result.stdout.str()
-    assert "a fixture started thread(s) 'drainer', still running as the schedule begins" in out
-    assert "assert None is not None" not in out and "--kvstress-replay" not in out
+    for conftest in (DRAINER, DRAINER.replace('name="drainer"', 'name="drainer", daemon=True')):
+        pytester.makeconftest(conftest)
+        pytester.makepyfile(test_drain=DRAINED_TEST)
+        result = _run(pytester)
+        result.assert_outcomes(failed=1)
+        out = result.stdout.str()
+        assert "a fixture started thread(s) 'drainer', still running as the schedule begins" in out
+        assert "assert None is not None" not in out and "--kvstress-replay" not in out
     pytester.makeconftest("")
     pytester.makepyfile(test_drain=DRAINER + DRAINED_TEST.replace("import pytest", ""))
     result = _run(pytester)

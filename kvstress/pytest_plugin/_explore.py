@@ -21,6 +21,7 @@ import functools
 import inspect
 import re
 import shlex
+import threading
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -59,7 +60,7 @@ def _refuse_fixture_threads(run: Run, test: Callable[..., Any]) -> None:
     new = run.setup_threads
     if inspect.iscoroutinefunction(test) or new is None:  # None: another plugin ran the setup
         return
-    started = [t for t in new if t.is_alive() and not t.daemon]
+    started = [t for t in new if t.is_alive()]
     if started:
         run.done = True
         names = ", ".join(repr(t.name) for t in started)
@@ -123,14 +124,22 @@ class ExploredTests:
         self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
     ) -> Generator[None, object, object]:
         """Keep the scope of each fixture being set up while a marked test runs: only a
-        function-scoped event loop (its runner fixture's) is one schedule's."""
-        if self._active is None:
+        function-scoped event loop (its runner fixture's) is one schedule's. And the threads a
+        function-scoped fixture starts (its own code: its dependencies were set up before), which
+        an explored thread test cannot schedule (``_refuse_fixture_threads``); a wider fixture's
+        threads outlive the test and are left alone."""
+        run = self._active
+        if run is None:
             return (yield)
         self._scopes.append(fixturedef.scope)
+        started = run.setup_threads if fixturedef.scope == "function" else None
+        before = set(threading.enumerate()) if started is not None else set()
         try:
             return (yield)
         finally:
             self._scopes.pop()
+            if started is not None:
+                started.update(set(threading.enumerate()) - before)
 
     def new_loop(self) -> asyncio.AbstractEventLoop:
         """The loop factory pytest-asyncio calls for an explored test's event loop: a controlled

@@ -61,9 +61,9 @@ class Run:
     loop: Any = None  # the controlled loop the copy being run was set up on (``on_loop``)
     exhausted: bool = False  # the strategy had no schedule left for the copy being set up
     audit_mark: int = 0  # ``violations_mark`` as the copy being run was set up (``on_loop``)
-    # Threads the copy's setup started (None: another plugin ran the setup): the call refuses to
-    # explore beside one still running (``_explore._refuse_fixture_threads``).
-    setup_threads: frozenset[threading.Thread] | None = None
+    # Threads the copy's function-scoped fixtures started (None: another plugin ran the setup):
+    # the call refuses to explore beside one still running (``_explore._refuse_fixture_threads``).
+    setup_threads: set[threading.Thread] | None = None
 
 
 def run_schedules(item: pytest.Function, nextitem: pytest.Item | None, run: Run) -> None:
@@ -104,9 +104,8 @@ def _once(
         calls.append(call)
         reports.append(ihook.pytest_runtest_makereport(item=copy, call=call))
 
-    before = frozenset(threading.enumerate())
+    run.setup_threads = set()  # filled while its fixtures are set up (``pytest_fixture_setup``)
     phase("setup", lambda: ihook.pytest_runtest_setup(item=copy))
-    run.setup_threads = frozenset(threading.enumerate()) - before
     unbound = _unbound_param(item, calls[0], direct)
     if reports[0].passed and not copy.config.getoption("setuponly", False):
         phase("call", lambda: ihook.pytest_runtest_call(item=copy))
