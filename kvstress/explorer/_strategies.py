@@ -5,12 +5,31 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
-from kvstress.schedulers import DFSScheduler, PCTScheduler, RandomScheduler, ReplayScheduler, Scheduler
+from kvstress.schedulers import (
+    SLEEPERS,
+    DFSScheduler,
+    PCTScheduler,
+    RandomScheduler,
+    ReplayScheduler,
+    Scheduler,
+)
+
+
+class SleepersOnlyRandom(RandomScheduler):
+    """``random`` for an explored test: only sleeping threads' timers fire ahead of the runnable
+    ones (``SLEEPERS``), not every timer as in a pool's fuzzing (``ALL_TIMERS``). A test orders
+    its own tasks and threads with short sleeps (a disconnect 2.5 ms in, meant to land once the
+    request runs), and its assertions know nothing of a timer fired a few milliseconds ahead of
+    a ready task: a blind user's correct test failed so. The fuzzing harness's checks credit
+    each jump; a test's own cannot."""
+
+    fires_timers = SLEEPERS
+
 
 SEED_BITS = 32  # a seed short enough to read aloud; the schedule text carries the rest
 STRATEGIES: dict[str, Callable[[int], Scheduler]] = {
     "pct": lambda seed: PCTScheduler(depth=3, seed=seed),
-    "random": lambda seed: RandomScheduler(seed),
+    "random": lambda seed: SleepersOnlyRandom(seed),
     "dfs": lambda seed: DFSScheduler(preemption_bound=2, seed=seed),
 }
 

@@ -53,10 +53,10 @@ class ControlledLoops:
     def new_loop(self) -> asyncio.AbstractEventLoop:
         """A controlled loop on a new scheduler seeded for the current test."""
         from kvstress.controlled import controlled_loop_factory
-        from kvstress.schedulers import RandomScheduler
+        from kvstress.explorer._strategies import SleepersOnlyRandom  # a test's own assertions
 
         seed = seed_for(self._session_seed, self._nodeid)
-        loop = controlled_loop_factory(RandomScheduler(seed))()
+        loop = controlled_loop_factory(SleepersOnlyRandom(seed))()
         self._made[loop] = (seed, self._nodeid)
         return loop
 
