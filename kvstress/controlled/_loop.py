@@ -418,15 +418,19 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_origin.pop(entry[0], None)
         return entry
 
-    def _early_timer(self) -> float | None:
-        """When the next live timer is due, where it may fire ahead of the ready callbacks: within
-        ``FIRE_HORIZON``, within ``max_time``, and before ``EARLY_FIRE_STEPS`` at this instant."""
+    def _next_timer(self) -> float | None:
+        """When the next live timer is due (cancelled ones at the head are dropped); None: none."""
         timers = self._kv_timers
         while timers and timers[0][2].cancelled():
             heapq.heappop(timers)
-        if not timers or self.max_steps - self._kv_budget >= EARLY_FIRE_STEPS:
+        return timers[0][0] if timers else None
+
+    def _early_timer(self) -> float | None:
+        """When the next live timer is due, where it may fire ahead of the ready callbacks: within
+        ``FIRE_HORIZON``, within ``max_time``, and before ``EARLY_FIRE_STEPS`` at this instant."""
+        when = self._next_timer()
+        if when is None or self.max_steps - self._kv_budget >= EARLY_FIRE_STEPS:
             return None
-        when = timers[0][0]
         if when - self._kv_now > FIRE_HORIZON or (
             self.max_time is not None and when > self._kv_start + self.max_time
         ):
@@ -532,15 +536,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
                     f"{THREAD_WAIT_S:g} s of real time"
                 )
             return True
-        timers = self._kv_timers
-        while timers and timers[0][2].cancelled():
-            heapq.heappop(timers)
-        if not timers:
+        when = self._next_timer()
+        if when is None:
             if not self._kv_polled:
                 self._kv_polled = True  # finished I/O or a thread's call may still come in
                 return False
             raise Deadlock(self._deadlock_message())
-        when = timers[0][0]
         if self.max_time is not None and when > self._kv_start + self.max_time:
             raise TimeLimitExceeded(
                 f"virtual time would pass {self.max_time:g} s (next timer at {when:g} s): something "
