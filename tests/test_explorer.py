@@ -21,7 +21,7 @@ import pytest
 
 import kvstress
 from kvstress import Explored, explore
-from kvstress.controlled import TimeLimitExceeded, run_controlled
+from kvstress.controlled import LATE_WINDOW, TimeLimitExceeded, run_controlled
 from kvstress.schedulers import RandomScheduler
 
 REAL_START = threading.Thread.start
@@ -491,14 +491,14 @@ def disconnect_during_prefill(*, leaky: bool) -> Callable[[], Coroutine[Any, Any
     return main
 
 
-def test_a_cancel_inside_a_short_window_is_left_to_pool_fuzzing_not_explored_tests() -> None:
-    """The prefill ends at 2 ms and the disconnect comes at 3 ms: timers at fixed instants put the
-    cancel in the decode every time. The controlled loop under ``RandomScheduler`` (a pool's
-    fuzzing, ``ALL_TIMERS``) fires a timer due within 5 ms ahead of a ready task, so the cancel
-    lands right after the prefill and the leak shows; an explored test does not (``SLEEPERS``):
-    its own assertions know nothing of such jumps (a blind user's correct test, a disconnect
-    2.5 ms in meant to land once its request ran, failed so). The stack shows once: in the
-    message, not again in the notes."""
+def test_a_cancel_inside_a_short_window_is_found_by_pool_fuzzing_and_by_explored_tests() -> None:
+    """The prefill ends at 2 ms and the disconnect comes at 3 ms: timers at their exact instants
+    put the cancel in the decode every time. The controlled loop under ``RandomScheduler`` (a
+    pool's fuzzing, ``ALL_TIMERS``) fires a timer due within 5 ms ahead of a ready task, so the
+    cancel lands right after the prefill and the leak shows. An explored test never fires a timer
+    ahead of a ready task (its own assertions know nothing of such jumps), but lets one fire up to
+    ``LATE_WINDOW`` late: the prefill's wake-up after the 3 ms disconnect, and the leak shows too.
+    The correct request stays silent under both."""
     leaks = 0
     for seed in range(60):
         try:
@@ -508,8 +508,47 @@ def test_a_cancel_inside_a_short_window_is_left_to_pool_fuzzing_not_explored_tes
             leaks += 1
         run_controlled(disconnect_during_prefill(leaky=False), RandomScheduler(seed=seed))
     assert leaks > 0
-    explored = explore(disconnect_during_prefill(leaky=True), schedules=300, strategy="random", seed=0)
-    assert explored.schedules == 300
+    for strategy in ("pct", "random", "dfs"):
+        with pytest.raises(kvstress.InvariantViolation, match="lost-block"):
+            explore(disconnect_during_prefill(leaky=True), schedules=200, strategy=strategy, seed=0)
+        explored = explore(disconnect_during_prefill(leaky=False), schedules=100, strategy=strategy, seed=0)
+        assert explored.schedules == 100 or explored.exhausted  # dfs: every schedule, silent
+
+
+def test_timers_fire_late_only_within_the_window_and_never_ahead_of_a_ready_task() -> None:
+    """An explored test's timers fire in their order, or later by at most ``LATE_WINDOW``; every
+    task that is ready runs before time moves, and no sleep reads back short. Timers further
+    apart than the window always fire in order."""
+    orders: set[tuple[str, ...]] = set()
+
+    def timeline() -> Callable[[], Coroutine[Any, Any, None]]:
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            fired: list[str] = []
+
+            async def sleeper(name: str, seconds: float) -> None:
+                began = loop.time()
+                await asyncio.sleep(seconds)
+                late = loop.time() - began - seconds
+                assert -1e-12 <= late <= LATE_WINDOW + 1e-12, (name, late)
+                fired.append(name)
+
+            async def ready() -> None:
+                assert loop.time() == start  # a ready task runs before time moves
+
+            async with asyncio.TaskGroup() as group:
+                group.create_task(sleeper("a", 0.010))
+                group.create_task(sleeper("b", 0.011))  # within the window of a: either first
+                group.create_task(sleeper("c", 0.020))  # 9 ms after b: always after both
+                group.create_task(ready())
+            assert fired[-1] == "c"
+            orders.add(tuple(fired))
+
+        return main
+
+    explore(timeline(), schedules=200, strategy="random", seed=0)
+    assert orders == {("a", "b", "c"), ("b", "a", "c")}
 
 
 def test_an_explored_failure_shows_the_acquire_stack_once() -> None:

@@ -206,8 +206,8 @@ def test_explored(drained_pool):
 
 def test_a_thread_a_fixture_leaves_running_is_refused_not_a_finding(pytester: pytest.Pytester) -> None:
     """A plain explored test whose fixture (in conftest) starts a drainer thread its waits depend
-    on (daemon or not): the thread ran on real time beside the schedule, virtual time jumped past the test's 5 s
-    wait, and the correct test failed its own assertion as a failing schedule (a blind sweep).
+    on (daemon or not): the thread ran on real time beside the schedule, virtual time jumped past
+    the test's 5 s wait, and the correct test failed its own assertion as a failing schedule (a blind sweep).
     Refused now, naming the thread and what to do, before any schedule runs. In the test's own
     module the fixture's thread is a cooperative one, and its start says the same."""
     for conftest in (DRAINER, DRAINER.replace('name="drainer"', 'name="drainer", daemon=True')):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvstress.explorer._strategies import STRATEGIES, make_scheduler
 from kvstress.mutants import (
     CondvarPool,
     DeferredResetThreadPool,
@@ -41,6 +42,24 @@ def test_a_schedule_says_which_timers_its_run_fired() -> None:
     assert [ReplayScheduler(s).fires_timers for s in (plain, sleepers, every)] == [0, SLEEPERS, ALL_TIMERS]
     with pytest.raises(ValueError, match="timers"):
         Schedule("random", 7, (), timers=3)
+
+
+def test_a_schedule_says_whether_its_loop_timers_could_fire_late() -> None:
+    """Flags bit 3 for ``late`` (an explored test's schedule), beside any timer level; a schedule
+    recorded before it decodes with ``late`` False and replays without late jumps. Only the
+    explored tests' strategies ask for it: a pool's fuzzing checks timeouts for lateness."""
+    for timers in (0, SLEEPERS, ALL_TIMERS):
+        late = Schedule("pct", 7, (0, 1 << 20, -1, 2), timers=timers, late=True)
+        assert Schedule.decode(late.encode()) == late
+        plain = Schedule("pct", 7, (0, 1 << 20, -1, 2), timers=timers)
+        assert Schedule.decode(plain.encode()).late is False
+        assert [ReplayScheduler(s).late_timers for s in (plain, late)] == [False, True]
+    with pytest.raises(ValueError, match="late"):
+        Schedule("random", 7, (), late=1)  # type: ignore[arg-type]
+    assert not RandomScheduler(seed=1).late_timers and not PCTScheduler(seed=1).late_timers
+    for strategy in STRATEGIES:
+        scheduler = make_scheduler(strategy, 1)
+        assert scheduler.new_execution() and scheduler.schedule().late is True
 
 
 def test_only_the_random_strategy_fires_timers() -> None:

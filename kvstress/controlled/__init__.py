@@ -25,6 +25,7 @@ from kvstress.controlled._errors import TimeLimitExceeded as TimeLimitExceeded
 from kvstress.controlled._explore import Exploration as Exploration
 from kvstress.controlled._explore import explore as explore
 from kvstress.controlled._loop import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
+from kvstress.controlled._loop import LATE_WINDOW as LATE_WINDOW
 from kvstress.controlled._loop import ControlledEventLoop as ControlledEventLoop
 from kvstress.controlled._loop import controlled_loop_factory as controlled_loop_factory
 from kvstress.controlled._loop import current_loop as current_loop

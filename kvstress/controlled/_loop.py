@@ -85,7 +85,16 @@ under 1,000), and a timer's jump must not let its deadline pass for it, which wo
 spin."""
 TIMER_LANE = 1 << 20
 """The choice that fires the next timer early on the controlled loop (``fires_timers`` at
-``ALL_TIMERS``): an id no task's lane reaches."""
+``ALL_TIMERS``): an id no task's lane reaches. At a late jump (``late_timers``), the choice
+``TIMER_LANE + i`` jumps to the ``i``-th of the timers offered."""
+LATE_WINDOW = 0.002
+"""Virtual seconds a timer may fire late on the controlled loop (``late_timers``: an explored
+test's schedules). When nothing is ready, time jumps to the next timer, or to any later one due
+within this window, and every timer due by then fires at once, in the order the scheduler picks:
+a real loop fires a timer this late behind a step that runs long or a collection pause, so a
+task's short await (a 2 ms prefill) can end after a cancel due just past it. Timers never fire
+early here (that is ``fires_timers``, for a pool's fuzzing): a test's ready tasks all run before
+time moves, as the test's own short sleeps expect."""
 
 REAL_CLOCK_HINT = (
     "(or keeps its deadline on a clock that stays real: time.monotonic, perf_counter, time and "
@@ -187,6 +196,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._tells_woken = hasattr(scheduler, "woken")  # the scheduler takes the hint (delay)
         # Whether a timer due within FIRE_HORIZON is a choice beside the ready lanes.
         self._early_timers = int(getattr(scheduler, "fires_timers", 0)) >= ALL_TIMERS
+        self._late_timers = bool(getattr(scheduler, "late_timers", False))
         self.kv_excused = 0.0
         """Virtual seconds time jumped for a timer fired early, while callbacks were ready: an
         operation in flight meanwhile is not blamed for them (``excused_seconds``)."""
@@ -547,11 +557,33 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
                 f"virtual time would pass {self.max_time:g} s (next timer at {when:g} s): something "
                 f"keeps waiting or polling long past every timeout it was given {REAL_CLOCK_HINT}"
             )
+        if self._late_timers:
+            when = self._late_jump(when)
         if when > self._kv_now:
             self._kv_now = when
             self._kv_budget = self.max_steps  # the step bound is per instant: time moved
         self._fire_due_timers()
         return True
+
+    def _late_jump(self, when: float) -> float:
+        """Where an idle loop jumps with ``late_timers``: ``when`` (the next timer), or, as the
+        scheduler picks, a later live timer due within ``LATE_WINDOW`` (and ``max_time``), so
+        that the timers before it fire late. One choice per jump, and none where no other timer
+        is that close."""
+        horizon = when + LATE_WINDOW
+        if self.max_time is not None:
+            horizon = min(horizon, self._kv_start + self.max_time)
+        timers = self._kv_timers
+        popped = []  # the heap's head, in order, up to the horizon: put back as they were
+        while timers and timers[0][0] <= horizon:
+            popped.append(heapq.heappop(timers))
+        for timer in popped:
+            heapq.heappush(timers, timer)
+        offered = sorted({deadline for deadline, _, handle, _ in popped if not handle.cancelled()})
+        if len(offered) < 2:
+            return when
+        lane = self._ask([TIMER_LANE + index for index in range(len(offered))])
+        return offered[lane - TIMER_LANE]
 
     def _fire_due_timers(self) -> None:
         timers = self._kv_timers

@@ -21,16 +21,29 @@ class SleepersOnlyRandom(RandomScheduler):
     its own tasks and threads with short sleeps (a disconnect 2.5 ms in, meant to land once the
     request runs), and its assertions know nothing of a timer fired a few milliseconds ahead of
     a ready task: a blind user's correct test failed so. The fuzzing harness's checks credit
-    each jump; a test's own cannot."""
+    each jump; a test's own cannot. Timers may fire late instead (``late_timers``)."""
 
     fires_timers = SLEEPERS
+    late_timers = True
+
+
+class LatePCT(PCTScheduler):
+    """``pct`` for an explored test: timers may fire late (``late_timers``), as for ``random``."""
+
+    late_timers = True
+
+
+class LateDFS(DFSScheduler):
+    """``dfs`` for an explored test: timers may fire late (``late_timers``), as for ``random``."""
+
+    late_timers = True
 
 
 SEED_BITS = 32  # a seed short enough to read aloud; the schedule text carries the rest
 STRATEGIES: dict[str, Callable[[int], Scheduler]] = {
-    "pct": lambda seed: PCTScheduler(depth=3, seed=seed),
+    "pct": lambda seed: LatePCT(depth=3, seed=seed),
     "random": lambda seed: SleepersOnlyRandom(seed),
-    "dfs": lambda seed: DFSScheduler(preemption_bound=2, seed=seed),
+    "dfs": lambda seed: LateDFS(preemption_bound=2, seed=seed),
 }
 
 

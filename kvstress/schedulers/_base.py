@@ -47,7 +47,10 @@ class Scheduler(Protocol):
     # Optional: ``fires_timers`` (an int attribute, 0 when absent: ``SLEEPERS`` or ``ALL_TIMERS``,
     # see ``Schedule.timers``) asks the thread baton to offer sleeping threads among the runnable
     # ones, and with ``ALL_TIMERS`` the controlled loop its next timers among the ready tasks;
-    # choosing one fires its timer early.
+    # choosing one fires its timer early. ``late_timers`` (a bool attribute, False when absent,
+    # see ``Schedule.late``) asks the controlled loop to offer, at each jump of virtual time,
+    # every timer due within ``LATE_WINDOW`` of the next one: choosing a later one fires the
+    # earlier ones late.
 
 
 def check_seed(seed: int | None) -> int:
@@ -78,6 +81,7 @@ class SchedulerBase(ABC):
 
     name: ClassVar[str]
     fires_timers: ClassVar[int] = 0  # see ``Scheduler``
+    late_timers: ClassVar[bool] = False  # see ``Scheduler``
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = check_seed(seed)
@@ -119,10 +123,15 @@ class SchedulerBase(ABC):
 
     def schedule(self) -> Schedule:
         """The choices of the current (or last) execution so far."""
-        return Schedule(self._strategy_name(), self._execution_seed, tuple(self._choices), self._timers())
+        return Schedule(
+            self._strategy_name(), self._execution_seed, tuple(self._choices), self._timers(), self._late()
+        )
 
     def _timers(self) -> int:
         return self.fires_timers
+
+    def _late(self) -> bool:
+        return self.late_timers
 
     @property
     def choices_so_far(self) -> int:

@@ -70,6 +70,11 @@ class MetricsScheduler:
         """As the inner scheduler."""
         return int(getattr(self.inner, "fires_timers", 0))
 
+    @property
+    def late_timers(self) -> bool:
+        """As the inner scheduler."""
+        return bool(getattr(self.inner, "late_timers", False))
+
     def next_u64(self) -> int:
         """The inner scheduler's random value, counted."""
         self._draws += 1

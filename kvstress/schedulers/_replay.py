@@ -47,6 +47,14 @@ class ReplayScheduler(OneShotScheduler):
         """As the recorded execution did."""
         return self.replayed.timers
 
+    def _late(self) -> bool:
+        return self.replayed.late
+
+    @property
+    def late_timers(self) -> bool:  # type: ignore[override]
+        """As the recorded execution did."""
+        return self.replayed.late
+
     def _pick(self, runnable: Sequence[int], current: int | None) -> int:
         chosen = self._expected("a task")
         if chosen == RANDOM_DRAW:

@@ -10,7 +10,8 @@ sleeping threads' timers among its choices (``Schedule.timers`` 1, ``SLEEPERS``)
 that it offered every timer that may fire early (2, ``ALL_TIMERS``: the timed waits of the
 code's own threads, and the controlled loop's timers); schedules replay with the timers they
 were recorded with (one without either bit on a baton that fires a timer only when every thread
-is blocked). Varints are
+is blocked). Flags bit 3 says that the controlled loop's timers could fire late (``Schedule.late``:
+an explored test's schedule). Varints are
 unsigned LEB128. A random draw is choice -1, so it encodes as 0 and a task id t as t + 1: small
 ids cost one byte each.
 """
@@ -31,6 +32,7 @@ _MAX_TASK_ID = (1 << 63) - 1
 _DEFLATED = 1
 _TIMERS = 2
 _ALL_TIMERS = 4
+_LATE = 8
 SLEEPERS = 1
 """``Schedule.timers``: sleeping threads' timers may fire ahead of runnable threads (the thread
 baton's plain sleeps of threads not daemons), as schedules recorded before ``ALL_TIMERS``."""
@@ -50,13 +52,16 @@ class Schedule:
     and ``choices`` holds, per decision, the task id that ran or ``RANDOM_DRAW``.
     ``timers`` records which timers were a choice too (choosing one fired it early: see
     ``ThreadController`` and ``ControlledEventLoop``): 0 none, ``SLEEPERS`` (True), or
-    ``ALL_TIMERS``. ``str(schedule)`` is its ``encode()``d text.
+    ``ALL_TIMERS``. ``late`` records that the controlled loop's timers could fire late, each
+    jump of virtual time a choice (see ``ControlledEventLoop``). ``str(schedule)`` is its
+    ``encode()``d text.
     """
 
     strategy: str
     seed: int
     choices: tuple[int, ...] = ()
     timers: int = 0
+    late: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategy, str) or not self.strategy:
@@ -68,6 +73,8 @@ class Schedule:
         if type(self.timers) not in (bool, int) or not 0 <= self.timers <= ALL_TIMERS:
             raise ValueError(f"Schedule.timers must be 0, SLEEPERS (1) or ALL_TIMERS (2): {self.timers!r}")
         object.__setattr__(self, "timers", int(self.timers))
+        if type(self.late) is not bool:
+            raise ValueError(f"Schedule.late must be a bool: {self.late!r}")
         choices = tuple(self.choices)  # accept any sequence; the field stays an immutable tuple
         for index, choice in enumerate(choices):
             if type(choice) is not int or not RANDOM_DRAW <= choice <= _MAX_TASK_ID:
@@ -98,6 +105,8 @@ class Schedule:
             flags, packed = _DEFLATED, deflated
         if self.timers:
             flags |= _TIMERS | (_ALL_TIMERS if self.timers >= ALL_TIMERS else 0)
+        if self.late:
+            flags |= _LATE
         payload = bytes([flags]) + packed
         payload += zlib.crc32(payload).to_bytes(4, "big")
         return f"ks{VERSION}:" + base64.urlsafe_b64encode(payload).rstrip(b"=").decode("ascii")
@@ -128,7 +137,7 @@ class Schedule:
         if zlib.crc32(framed) != crc:
             raise ValueError("schedule is corrupt or truncated: checksum mismatch (copy the whole string)")
         timers = ALL_TIMERS if framed[0] & _ALL_TIMERS else SLEEPERS if framed[0] & _TIMERS else 0
-        return _parse(cls, _unpack(framed), timers=timers)
+        return _parse(cls, _unpack(framed), timers=timers, late=bool(framed[0] & _LATE))
 
     def __str__(self) -> str:
         return self.encode()
@@ -144,7 +153,7 @@ def _unbase64(tail: str) -> bytes:
 
 
 def _unpack(framed: bytes) -> bytes:
-    flags, packed = framed[0] & ~(_TIMERS | _ALL_TIMERS), framed[1:]
+    flags, packed = framed[0] & ~(_TIMERS | _ALL_TIMERS | _LATE), framed[1:]
     if flags == 0:
         return packed
     if flags != _DEFLATED:
@@ -155,7 +164,7 @@ def _unpack(framed: bytes) -> bytes:
         raise ValueError(f"schedule is corrupt: its body does not inflate ({exc})") from None
 
 
-def _parse(cls: type[Schedule], body: bytes, *, timers: int) -> Schedule:
+def _parse(cls: type[Schedule], body: bytes, *, timers: int, late: bool) -> Schedule:
     reader = _Reader(body)
     name_length = reader.varint("strategy name length")
     try:
@@ -172,7 +181,7 @@ def _parse(cls: type[Schedule], body: bytes, *, timers: int) -> Schedule:
     if reader.remaining:
         raise ValueError(f"schedule is corrupt: {reader.remaining} bytes after the last choice")
     try:
-        return cls(strategy, seed, choices, timers)
+        return cls(strategy, seed, choices, timers, late)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"schedule is corrupt: {exc}") from None
 
