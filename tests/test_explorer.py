@@ -562,3 +562,67 @@ def test_an_explored_failure_shows_the_acquire_stack_once() -> None:
         explore(leak, schedules=3, seed=0)
     assert "acquired by" in str(caught.value) and " at:" in str(caught.value)
     assert " at:" not in "\n".join(caught.value.__notes__)
+
+
+def reaper_beside_a_finishing_worker(*, racy: bool, abort_at: float) -> Callable[[], None]:
+    """A worker holds a block for three 10 ms steps, then ends its request; a reaper aborts it at
+    ``abort_at``. Whoever ends it first releases the block. The racy one checks the request's
+    state and takes its block in two lock sections, so a reaper and a worker that end it at once
+    both release it: a double release, reachable only when the reaper's abort comes inside the
+    worker's window (just after its last sleep ends)."""
+
+    def main() -> None:
+        with kvstress.audit(kvstress.ThreadedBlockPool(2, (2, 4))) as pool:
+            lock = threading.Lock()
+            request: dict[str, Any] = {"state": "running", "block": pool.acquire()}
+
+            def end(state: str) -> None:
+                with lock:
+                    if request["state"] != "running":
+                        return
+                    if not racy:
+                        request["state"], block = state, request["block"]
+                if racy:  # the state checked above may have changed since
+                    with lock:
+                        request["state"], block = state, request["block"]
+                pool.release(block)
+
+            def worker() -> None:
+                for _ in range(3):
+                    time.sleep(0.01)
+                end("finished")
+
+            def reaper() -> None:
+                time.sleep(abort_at)
+                end("aborted")
+
+            threads = [threading.Thread(target=worker), threading.Thread(target=reaper)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+
+    return main
+
+
+@pytest.mark.parametrize("abort_at", [0.029, 0.03])
+def test_a_reaper_due_just_before_a_worker_wakes_is_explored_both_ways(abort_at: float) -> None:
+    """The reaper is due up to 1 ms before the worker's last sleep ends: at exact instants it
+    always runs first and finds the request running alone. An explored test's timers may fire
+    late (``LATE_WINDOW``) on the thread baton as on the loop: the reaper wakes after the worker,
+    inside its window, and the double release shows; the correct twin stays silent."""
+    for strategy in ("pct", "random"):
+        with pytest.raises(kvstress.InvariantViolation, match="double-release"):
+            explore(
+                reaper_beside_a_finishing_worker(racy=True, abort_at=abort_at),
+                schedules=300,
+                strategy=strategy,
+                seed=0,
+            )
+        explored = explore(
+            reaper_beside_a_finishing_worker(racy=False, abort_at=abort_at),
+            schedules=100,
+            strategy=strategy,
+            seed=0,
+        )
+        assert explored.schedules == 100

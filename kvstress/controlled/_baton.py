@@ -49,7 +49,14 @@ from kvstress.controlled._errors import (
     ThreadDeadlock,
     TimeLimitExceeded,
 )
-from kvstress.controlled._loop import EARLY_FIRE_STEPS, FAIRNESS_BOUND, FIRE_HORIZON, REAL_CLOCK_HINT
+from kvstress.controlled._loop import (
+    EARLY_FIRE_STEPS,
+    FAIRNESS_BOUND,
+    FIRE_HORIZON,
+    LATE_WINDOW,
+    REAL_CLOCK_HINT,
+    TIMER_LANE,
+)
 from kvstress.controlled._quiet import quiet_lines
 from kvstress.schedulers import ALL_TIMERS, Scheduler
 
@@ -213,6 +220,7 @@ class ThreadController:
         self._was_runnable: list[int] = []
         self._was_known = 0  # threads started by the decision before (a new one is not woken)
         self._fires_timers = int(getattr(scheduler, "fires_timers", 0))  # a Schedule.timers level
+        self._late_timers = bool(getattr(scheduler, "late_timers", False))  # see ``_late_jump``
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
         if max_time is not None and not (isinstance(max_time, int | float) and max_time > 0):
@@ -584,6 +592,8 @@ class ThreadController:
                     + REAL_CLOCK_HINT
                 )
             )
+        if self._late_timers:
+            when = self._late_jump(when, timed)
         if when > self.now:
             self.now = when
             self._instant_steps = 0  # the step bound is per instant: time moved
@@ -591,6 +601,33 @@ class ThreadController:
             if thread.deadline is not None and thread.deadline <= self.now:
                 thread.waiting, thread.deadline, thread.timed_out = None, None, True
         return [t.tid for t in self.threads if t.runnable]
+
+    def _late_jump(self, when: float, timed: list[ControlledThread]) -> float:
+        """Where time jumps with ``late_timers`` (an explored test), as on the controlled loop:
+        ``when`` (the earliest deadline), or, as the scheduler picks (``TIMER_LANE + i``), a later
+        deadline within ``LATE_WINDOW`` (and the time limit), so that the waits due before it end
+        late, all at once, and the scheduler orders those threads. A reaper's abort due a hair
+        before a worker's last sleep ends can then come after it, inside the worker's window."""
+        horizon = when + LATE_WINDOW
+        if self.max_time is not None:
+            horizon = min(horizon, self._origin + self.max_time)
+        offered = sorted({t.deadline for t in timed if t.deadline is not None and t.deadline <= horizon})
+        if len(offered) < 2:
+            return when
+        lanes = [TIMER_LANE + index for index in range(len(offered))]
+        try:
+            lane = self.scheduler.next_task(lanes, None)
+        except BaseException as error:
+            self._fail_here(error)
+        if lane not in lanes:
+            self._fail_here(
+                SchedulerMisbehaved(
+                    f"{type(self.scheduler).__name__}.next_task returned {lane!r}, not one of the "
+                    f"timers it was offered {lanes}"
+                )
+            )
+        self.decisions += 1
+        return offered[lane - TIMER_LANE]
 
     def _handoff(self, me: ControlledThread, nxt: ControlledThread) -> None:
         self._pass_to(nxt)
