@@ -39,6 +39,7 @@ pytest_plugins = ["pytester"]
 
 PUBLIC = {
     "DEFAULT_MAX_STEPS",
+    "LATE_WINDOW",
     "ControlledEventLoop",
     "ControlledLoopError",
     "Deadlock",
@@ -108,7 +109,7 @@ def test_public_names_are_pinned() -> None:
         if name.isidentifier() and not name.startswith("_") and name != "TYPE_CHECKING"
     }
     assert exported == PUBLIC
-    for name in PUBLIC - {"DEFAULT_MAX_STEPS"}:
+    for name in PUBLIC - {"DEFAULT_MAX_STEPS", "LATE_WINDOW"}:
         assert "._" in getattr(kvstress.controlled, name).__module__, name
 
 
@@ -455,6 +456,38 @@ def test_anyio_worker_threads_are_waited_for_too() -> None:
         assert run_controlled(main, RandomScheduler(seed)) == (8, 0.0)
     assert anyio.to_thread.run_sync is real
     assert asyncio.run(anyio.to_thread.run_sync(lambda: 3)) == 3  # a stock loop: untouched
+
+
+def test_work_submitted_to_an_executor_is_waited_for_and_a_long_lived_one_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ``ThreadPoolExecutor`` of the code's own: a submission made on the loop's thread is
+    waited for before virtual time moves (its result comes back by ``call_soon_threadsafe``, as
+    a reset offering its block does), so a timer due later does not fire first. A submission
+    still running after ``SUBMITTED_WAIT_S`` (a worker for the executor's whole life) is let be:
+    time moves on without it. Outside a controlled run ``submit`` is the stock method again."""
+    import concurrent.futures
+    import threading
+
+    real_submit = concurrent.futures.ThreadPoolExecutor.submit
+    monkeypatch.setattr(kvstress.controlled._loop, "SUBMITTED_WAIT_S", 0.3)
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as executor:
+            forever = threading.Event()
+            executor.submit(forever.wait, 10)  # long-lived: waited for once, then not
+            executor.submit(lambda: (time.sleep(0.05), loop.call_soon_threadsafe(order.append, "back")))
+            await asyncio.sleep(0.001)
+            order.append("timer")
+            await asyncio.sleep(0.001)  # time moves again: the long-lived one is not waited for
+            forever.set()
+        return order
+
+    for seed in range(3):
+        assert run_controlled(main, RandomScheduler(seed)) == ["back", "timer"]
+    assert concurrent.futures.ThreadPoolExecutor.submit is real_submit
 
 
 ASYNC_GLOBALS_SOURCE = """

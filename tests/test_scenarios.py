@@ -10,6 +10,7 @@ import anyio.to_thread
 import pytest
 from pools import broken
 from pools._simple import SimpleAsyncPool, SimpleThreadedPool
+from pools.handoff_asyncio import ExecutorResetHandoffPool, ExecutorSkipsResetPool
 from pools.tiny import TinyCheckThenPollPool, TinyPool, TinyResetAfterOfferPool
 
 from kvstress import AsyncBlockPool, BlockState, ThreadedBlockPool
@@ -216,6 +217,19 @@ def test_waits_for_worker_threads_are_no_hang_on_trio(scheduler: Scheduler) -> N
     works the run is not idle, and the virtual clock does not jump to a deadline."""
     result = search(config_for(WorkerThreadResetPool, backend="trio"), scheduler, max_executions=150)
     assert result.failure is None, result.failure.describe()
+
+
+@pytest.mark.parametrize(
+    "scheduler", [RandomScheduler(seed=5), PCTScheduler(depth=3, seed=5)], ids=["random", "pct"]
+)
+def test_a_reset_on_the_pools_own_executor_is_waited_for(scheduler: Scheduler) -> None:
+    """A pool that zeroes a released block on its own ``ThreadPoolExecutor`` and offers it back
+    with ``call_soon_threadsafe`` is clean: the loop waits for the submitted work before virtual
+    time moves (it reported the block lost at a quiet check). Without the reset it is found."""
+    result = search(config_for(ExecutorResetHandoffPool), scheduler, max_executions=150)
+    assert result.failure is None, result.failure.describe()
+    result = search(config_for(ExecutorSkipsResetPool), scheduler, max_executions=300, shrink=False)
+    assert result.failure is not None and result.failure.violation.invariant == "dirty-read"
 
 
 @pytest.mark.parametrize("factory", ASYNC_BROKEN, ids=lambda f: f.__name__)

@@ -106,6 +106,10 @@ REAL_CLOCK_HINT = (
 
 THREAD_WAIT_S = 10.0
 """Real seconds an idle loop waits for a call running in a thread before it calls it a deadlock."""
+SUBMITTED_WAIT_S = 1.0
+"""Real seconds an idle loop waits for work the code submitted to a ``ThreadPoolExecutor`` of its
+own (a reset that offers its block back with ``call_soon_threadsafe``) before it lets virtual
+time move without it: such work may also be a worker that runs for the pool's whole life."""
 
 PUMP_BATCH = 256
 """Callbacks the pump runs before it hands back to the stock loop for one I/O poll."""
@@ -165,6 +169,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_stopping = False
         self._kv_polled = False  # idle once already: I/O had its poll
         self._kv_threads = 0  # calls running in a thread (run_in_executor, anyio's) not yet back
+        # Work submitted to an executor from this loop's thread, not yet done, and how many of
+        # those the loop stopped waiting for (long-lived): both under the lock (workers count
+        # theirs back).
+        self._kv_submitted = 0
+        self._kv_submitted_stale = 0
+        self._kv_submit_lock = threading.Lock()
         self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
         self._kv_origin: dict[asyncio.Handle, int] = {}  # a plain callback a task queued -> its lane
@@ -298,6 +308,24 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             yield
         finally:
             self._kv_threads -= 1
+
+    def submitted(self, future: concurrent.futures.Future[Any]) -> None:
+        """Count work submitted to an executor from this loop's thread until it is done: an idle
+        loop waits for it (up to ``SUBMITTED_WAIT_S`` of real time) before virtual time moves,
+        as a real loop's clock would not run ahead of a reset that takes microseconds."""
+        with self._kv_submit_lock:
+            self._kv_submitted += 1
+        future.add_done_callback(self._kv_submitted_back)
+
+    def _kv_submitted_back(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._kv_submit_lock:  # in the worker's thread, or this one if it was done
+            self._kv_submitted -= 1
+            self._kv_submitted_stale = min(self._kv_submitted_stale, self._kv_submitted)
+        self._kv_woken.set()
+
+    def _kv_submissions_pending(self) -> bool:
+        with self._kv_submit_lock:
+            return self._kv_submitted > self._kv_submitted_stale
 
     def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
         """Create a task and give it the next lane id (creation order is stable per run)."""
@@ -546,6 +574,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
                     f"{THREAD_WAIT_S:g} s of real time"
                 )
             return True
+        self._kv_woken.clear()  # before the count is read: a worker done after it sets it again
+        if self._kv_submissions_pending():
+            if self._kv_inbox or self._kv_woken.wait(SUBMITTED_WAIT_S):
+                return True
+            with self._kv_submit_lock:  # still running: long-lived, time moves on without it
+                self._kv_submitted_stale = self._kv_submitted
         when = self._next_timer()
         if when is None:
             if not self._kv_polled:

@@ -8,6 +8,12 @@ wait for it with no timer was called a deadlock, on correct code. On trio, a run
 ``trio.to_thread.run_sync`` looks idle (every task blocked, the clock still), and the harness
 took it for a run blocked for good.
 
+Code may also submit work to a ``concurrent.futures.ThreadPoolExecutor`` of its own and have the
+worker hand its result back with ``call_soon_threadsafe`` (a reset that offers its block back):
+the loop moved virtual time past a quiet check while the worker was zeroing, and a correct pool
+was reported as losing the block. So ``ThreadPoolExecutor.submit`` is wrapped too: a submission
+made on a controlled loop's thread is counted by the loop (``submitted``) until it is done.
+
 So while a controlled run goes on, ``anyio.to_thread.run_sync`` and ``trio.to_thread.run_sync``
 (the public functions, looked up on their modules by callers, anyio's own file and DNS helpers
 included) are wrapped. On a controlled asyncio loop a call is counted by the loop
@@ -25,6 +31,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 _AsyncFn = Callable[..., Coroutine[Any, Any, Any]]
@@ -35,6 +42,7 @@ _running = 0  # controlled runs going on now, in any thread
 _real: dict[str, _AsyncFn] = {}  # module name -> its run_sync, while wrapped
 _trio_work: dict[object, int] = {}  # trio run (its token) -> calls out in threads
 _trio_jumps: dict[object, float] = {}  # trio run -> its MockClock's autojump threshold, while off
+_real_submit: list[Callable[..., Future[Any]]] = []  # ThreadPoolExecutor.submit, while wrapped
 
 
 class _CountsThreadWork(Protocol):
@@ -54,6 +62,8 @@ def following_thread_work() -> Iterator[None]:
                     namespace = vars(module)
                     _real[name] = namespace["run_sync"]
                     namespace["run_sync"] = _counted(namespace["run_sync"])
+            _real_submit.append(ThreadPoolExecutor.submit)
+            ThreadPoolExecutor.submit = _counted_submit(ThreadPoolExecutor.submit)  # type: ignore[method-assign]
     try:
         yield
     finally:
@@ -65,6 +75,24 @@ def following_thread_work() -> Iterator[None]:
                     if getattr(namespace.get("run_sync"), "__wrapped__", None) is real:
                         namespace["run_sync"] = real
                 _real.clear()
+                real_submit = _real_submit.pop()
+                if getattr(ThreadPoolExecutor.submit, "__wrapped__", None) is real_submit:
+                    ThreadPoolExecutor.submit = real_submit  # type: ignore[method-assign]
+
+
+def _counted_submit(real: Callable[..., Future[Any]]) -> Callable[..., Future[Any]]:
+    @functools.wraps(real)
+    def submit(self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future = real(self, fn, *args, **kwargs)
+        try:
+            loop: Any = asyncio.get_running_loop()
+        except RuntimeError:
+            return future
+        if callable(getattr(loop, "submitted", None)):  # a controlled asyncio loop's thread
+            loop.submitted(future)
+        return future
+
+    return submit
 
 
 def trio_thread_work() -> int:

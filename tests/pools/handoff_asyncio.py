@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
@@ -90,6 +91,37 @@ class HandoffDropsPool(HandoffPool):
 
     def _cancelled_after(self, waiter: _Waiter) -> None:
         return None
+
+
+class ExecutorResetHandoffPool(HandoffPool):
+    """Correct: a released block is zeroed on a ``ThreadPoolExecutor`` of the pool's own, whose
+    worker offers it back on the loop with ``call_soon_threadsafe`` (a blind sweep's design: the
+    controlled loop used to move time past a quiet check while the worker zeroed)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._executor = ThreadPoolExecutor(max_workers=1)
+
+    async def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._executor.submit(self._in_worker, asyncio.get_running_loop(), block)
+        return True
+
+    def _in_worker(self, loop: asyncio.AbstractEventLoop, block: Block) -> None:
+        self._reset(block)
+        loop.call_soon_threadsafe(self._back, block)
+
+    def _back(self, block: Block) -> None:
+        block.state = BlockState.FREE
+        self._offer(block)
+
+
+class ExecutorSkipsResetPool(ExecutorResetHandoffPool):
+    """The worker offers the block back without zeroing it (BUG): the next holder reads stale K/V."""
+
+    def _in_worker(self, loop: asyncio.AbstractEventLoop, block: Block) -> None:
+        loop.call_soon_threadsafe(self._back, block)
 
 
 def demo() -> None:  # pragma: no cover - what the module imports anyio for
