@@ -138,6 +138,24 @@ class Waitable(Protocol):
         """The id of the thread that must act for the waiter to go on, when one is known."""
 
 
+class IoReady:
+    """A wait on the outside world (a file descriptor a byte may be written to): the baton polls
+    ``ready`` at every decision while a thread waits on it, and makes the thread runnable once
+    it answers True. Nothing else wakes it but its deadline."""
+
+    __slots__ = ("_what", "ready")
+
+    def __init__(self, ready: Callable[[], bool], what: str) -> None:
+        self.ready = ready
+        self._what = what
+
+    def describe(self) -> str:
+        return self._what
+
+    def holder(self) -> int | None:
+        return None
+
+
 class ControlledThread:
     """One controlled thread's record. Only the baton holder changes any of it.
 
@@ -470,7 +488,11 @@ class ThreadController:
         for thread in self.threads:
             if not thread.finished:
                 live = live or not thread.daemon
-                if thread.waiting is None:
+                waiting = thread.waiting
+                if waiting is None:
+                    runnable.append(thread.tid)
+                elif type(waiting) is IoReady and waiting.ready():  # its descriptor is ready
+                    thread.waiting, thread.deadline = None, None
                     runnable.append(thread.tid)
         if not live:
             if not self.aborting:

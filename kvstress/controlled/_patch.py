@@ -18,6 +18,8 @@ import functools
 import importlib
 import inspect
 import queue
+import select
+import selectors
 import sys
 import threading
 import time
@@ -25,7 +27,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from kvstress.controlled import _coop, _coop_compound, _coop_futures, _coop_queue
+from kvstress.controlled import _coop, _coop_compound, _coop_futures, _coop_io, _coop_queue
 from kvstress.controlled._loop import ControlledEventLoop
 
 _THREADING = {
@@ -167,8 +169,17 @@ def _swaps(groups: tuple[tuple[types.ModuleType, dict[str, Any]], ...]) -> dict[
     return swaps
 
 
+_SELECT = {"select": _coop_io.select}
+
 _THREAD_SWAPS = _swaps(
-    ((threading, _THREADING), (time, _TIME), (queue, _QUEUE), (concurrent.futures, _FUTURES))
+    (
+        (threading, _THREADING),
+        (time, _TIME),
+        (queue, _QUEUE),
+        (concurrent.futures, _FUTURES),
+        (select, _SELECT),
+        (selectors, _coop_io.SELECTORS),
+    )
 )
 # ``import concurrent.futures`` binds the package: its stand-in answers ``.futures`` with the
 # cooperative module.

@@ -1,0 +1,76 @@
+"""Cooperative waits on file descriptors: ``select.select`` and the ``selectors`` classes.
+
+A pool may park its waiters on the outside world: each waiter on a pipe of its own, a release
+writing a byte to it (the self-pipe trick, an eventfd). Under the baton such a wait was a real
+syscall with a real timeout on a virtual clock: the waiter's deadline never came, its loop
+polled again and again, and a correct pool was reported as a busy-wait. Here a controlled
+thread's wait first polls its descriptors (a zero timeout); if none is ready it blocks on an
+``IoReady``, which the baton polls again at every decision (a byte written by another thread
+makes it runnable), and whose deadline is the wait's timeout on virtual time. Outside a
+controlled thread each call is the real one.
+"""
+
+from __future__ import annotations
+
+import select as _select
+import selectors as _selectors
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kvstress.controlled._baton import IoReady
+from kvstress.controlled._coop import _here
+from kvstress.controlled._loop import later
+
+T = TypeVar("T")
+_NOT_HERE = object()
+
+
+def _wait_ready(poll: Callable[[], T], ready: Callable[[T], bool], timeout: float | None, what: str) -> Any:
+    """``poll()`` once the descriptors are ready or the virtual ``timeout`` passed; ``_NOT_HERE``
+    outside a controlled thread (the caller makes the real call)."""
+    controller, me = _here()
+    if controller is None or me is None:
+        return _NOT_HERE
+    controller.yield_point()
+    got = poll()
+    if ready(got) or (timeout is not None and timeout <= 0):
+        return got
+    deadline = None if timeout is None else later(controller.now, timeout)
+    waitable = IoReady(lambda: ready(poll()), what)
+    while True:
+        woken = controller.block(me, waitable, deadline)
+        got = poll()
+        if ready(got) or not woken:
+            return got
+
+
+def select(rlist: Any, wlist: Any, xlist: Any, timeout: float | None = None) -> Any:
+    """``select.select`` on virtual time in a controlled thread."""
+    got = _wait_ready(
+        lambda: _select.select(rlist, wlist, xlist, 0),
+        lambda lists: any(lists),
+        timeout,
+        "select() on file descriptors",
+    )
+    return _select.select(rlist, wlist, xlist, timeout) if got is _NOT_HERE else got
+
+
+def _cooperative(real: type[_selectors.BaseSelector]) -> type[_selectors.BaseSelector]:
+    """``real`` whose ``select`` waits cooperatively in a controlled thread."""
+
+    def select(self: Any, timeout: float | None = None) -> Any:
+        got = _wait_ready(lambda: real.select(self, 0), bool, timeout, f"{real.__name__}.select()")
+        return real.select(self, timeout) if got is _NOT_HERE else got
+
+    return type(
+        real.__name__, (real,), {"select": select, "__module__": real.__module__, "__doc__": real.__doc__}
+    )
+
+
+SELECTORS: dict[str, type[_selectors.BaseSelector]] = {}
+"""The ``selectors`` module's selector classes (those this platform has), made cooperative;
+``DefaultSelector`` is the stand-in of the class it names."""
+for _name in ("SelectSelector", "PollSelector", "EpollSelector", "DevpollSelector", "KqueueSelector"):
+    if hasattr(_selectors, _name):
+        SELECTORS[_name] = _cooperative(getattr(_selectors, _name))
+SELECTORS["DefaultSelector"] = SELECTORS[_selectors.DefaultSelector.__name__]

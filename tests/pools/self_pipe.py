@@ -1,0 +1,114 @@
+"""Threaded pools whose waiters park on the outside world: a pipe of their own, written to by a
+release (the self-pipe trick), waited on through ``selectors`` or ``select.select``.
+
+``SelfPipePool`` is correct: a waiter registers its pipe under the pool's lock in the same
+section where it finds nothing free, and a release writes to every registered pipe. On the
+baton the wait used to be a real syscall on a virtual clock: a correct pool was a busy-wait.
+``SelfPipeLateRegisterPool`` registers its pipe in a second lock section (BUG): a release in
+between writes to nobody, and the waiter sleeps out its timeout with a block free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import selectors
+import threading
+import time
+from typing import Any
+
+from kvstress.mutants import Block
+from kvstress.mutants._block import seconds
+from kvstress.mutants._ledger import BlockLedger
+
+
+class SelfPipePool(BlockLedger):
+    """Free blocks in a deque under a lock; each waiter waits on a pipe of its own."""
+
+    threaded = True
+    backoff_bound = 0.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
+        self._pipes: set[int] = set()  # the write ends of the waiters' pipes
+
+    def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        try:
+            with self._lock:
+                if self._free:
+                    return self._taken(self._free.popleft())
+                if timeout == 0:
+                    return None
+                self._register(write_end)
+            return self._wait(read_end, write_end, timeout)
+        finally:
+            with self._lock:
+                self._pipes.discard(write_end)
+            os.close(read_end)
+            os.close(write_end)
+
+    def _register(self, write_end: int) -> None:
+        self._pipes.add(write_end)
+
+    def _wait(self, read_end: int, write_end: int, timeout: float | None) -> Block | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(read_end, selectors.EVENT_READ)
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                selector.select(remaining)
+                self._drain(read_end)
+                with self._lock:
+                    if self._free:
+                        return self._taken(self._free.popleft())
+
+    @staticmethod
+    def _drain(read_end: int) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(read_end, 4096)
+
+    def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._reset(block)
+        with self._lock:
+            self._free.append(block)
+            for write_end in self._pipes:
+                os.write(write_end, b"x")
+        return True
+
+
+class SelectCallPool(SelfPipePool):
+    """The same, waiting with ``select.select`` instead of a selector: correct."""
+
+    def _wait(self, read_end: int, write_end: int, timeout: float | None) -> Block | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            select.select([read_end], [], [], remaining)
+            self._drain(read_end)
+            with self._lock:
+                if self._free:
+                    return self._taken(self._free.popleft())
+
+
+class SelfPipeLateRegisterPool(SelfPipePool):
+    """Registers its pipe only after the lock section that found nothing free (BUG): a release in
+    between writes to no pipe of its, and it sleeps out its timeout with a block free."""
+
+    def _register(self, write_end: int) -> None:
+        return None
+
+    def _wait(self, read_end: int, write_end: int, timeout: float | None) -> Block | None:
+        with self._lock:
+            self._pipes.add(write_end)
+        return super()._wait(read_end, write_end, timeout)
