@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import linecache
+import threading
+import time
 
 import pytest
+from hint_log import HandOverLog
 
+from kvstress.controlled import run_threads
 from kvstress.fuzz._slices import scenario_config
 from kvstress.fuzz._target import load_target
 from kvstress.scenarios import ScenarioConfig, replay, search
 from kvstress.scenarios._switches import Switch, record_switches, switch_fields
-from kvstress.schedulers import PCTScheduler
+from kvstress.schedulers import PCTScheduler, RandomScheduler
 
 
 def _failure_of(spec: str) -> tuple[ScenarioConfig, object]:
@@ -92,3 +96,47 @@ def test_the_harness_thread_is_named_as_such() -> None:
     _, failure = _failure_of("kvstress.mutants:ResetAfterOfferPool")
     names = {s.to for s in failure.switch_points} | {s.worker for s in failure.switch_points}  # type: ignore[attr-defined]
     assert "main" not in names and "the harness" in names
+
+
+def _holder_and_waiter() -> None:
+    lock = threading.Lock()
+
+    def holder() -> None:
+        with lock:
+            time.sleep(0)  # a scheduling point with the lock held
+
+    def waiter() -> None:
+        with lock:
+            pass
+
+    threads = [threading.Thread(target=holder, name="holder"), threading.Thread(target=waiter, name="waiter")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def test_a_thread_that_blocks_is_a_switch_point_too() -> None:
+    """A hand-over no scheduler chose (the running thread blocked on a lock another holds, and
+    that one alone could run) is listed, as ``blocked at`` its line: a blind user read a report
+    whose race window, a thread blocked inside its scan, was missing from the switch points."""
+    files = frozenset({__file__})
+    blocked: list[Switch] = []
+    unasked: list[Switch] = []
+    for seed in range(20):
+        scheduler = RandomScheduler(seed=seed)
+        run_threads(_holder_and_waiter, scheduler, modules=[__name__])
+        # in_flight: a C function, not a lambda of this module, whose lines the run traces
+        recorder = HandOverLog(scheduler.schedule(), files, {}.get)
+        run_threads(_holder_and_waiter, recorder, modules=[__name__])
+        unasked += recorder.unasked
+        blocked += [switch for switch in recorder.switches if switch.blocked]
+    on_lock = [switch for switch in blocked if switch.worker == "waiter"]
+    assert on_lock, "no run had the waiter block on the holder's lock"
+    for switch in on_lock:
+        assert switch.source == "with lock:" and switch.to in ("holder", "the harness")
+        assert "blocked at" in switch.describe() and Switch.from_dict(switch.to_dict()) == switch
+    assert {switch.source for switch in blocked} <= {"with lock:", "thread.join()"}
+    # and where one other thread alone could run, no scheduler was asked: the baton told the
+    # recorder (handed_over), the harness blocked in a join say
+    assert unasked and all(switch.blocked and switch in blocked for switch in unasked)

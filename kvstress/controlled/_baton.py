@@ -235,6 +235,9 @@ class ThreadController:
         self._broad_hints = bool(getattr(scheduler, "broad_hints", False))
         self._published = False  # a thread released a lock, a semaphore or set an event since
         self._tells_woken = hasattr(scheduler, "woken")  # and the task just woken (delay)
+        # A hand-over no scheduler chose (the running thread blocked, one other could run) is
+        # told to a scheduler that notes them (the report's switch points).
+        self._notes_handovers = hasattr(scheduler, "handed_over")
         self._was_runnable: list[int] = []
         self._was_known = 0  # threads started by the decision before (a new one is not woken)
         self._fires_timers = int(getattr(scheduler, "fires_timers", 0))  # a Schedule.timers level
@@ -516,6 +519,8 @@ class ThreadController:
                     woken = tid
                     break
         if len(choices) == 1:
+            if self._notes_handovers and choices[0] != me.tid and me.waiting is not None:
+                self.scheduler.handed_over(me.tid, choices[0])  # type: ignore[attr-defined]
             return self.threads[choices[0]]
         if self._hints:
             self.scheduler.hot = hot  # type: ignore[attr-defined]

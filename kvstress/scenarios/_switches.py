@@ -36,6 +36,8 @@ class Switch:
 
     ``file``, ``line`` and ``source`` are None when the paused worker was outside the pool's code
     (between operations, in the harness, or finished); ``operation`` is None between operations.
+    ``blocked``: the worker blocked there (a lock another holds, a wait) and ``to`` was the only
+    one that could run, rather than being passed over by the scheduler.
     """
 
     worker: str
@@ -45,6 +47,7 @@ class Switch:
     file: str | None
     line: int | None
     source: str | None
+    blocked: bool = False
 
     def describe(self) -> str:
         """``b2 in `release(1)`, paused at `mypools.py:57`: `self._free.append(blk)` -> b1``."""
@@ -52,7 +55,8 @@ class Switch:
         if self.file is None:
             at = ", outside the pool's code"
         else:
-            at = f", paused at `{self.file}:{self.line}`" + (f": `{self.source}`" if self.source else "")
+            verb = "blocked" if self.blocked else "paused"
+            at = f", {verb} at `{self.file}:{self.line}`" + (f": `{self.source}`" if self.source else "")
         return f"{self.worker}{where}{at}; {self.to} runs next"
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,6 +69,7 @@ class Switch:
             "file": self.file,
             "line": self.line,
             "source": self.source,
+            "blocked": self.blocked,
         }
 
     @classmethod
@@ -78,6 +83,7 @@ class Switch:
             data.get("file"),
             data.get("line"),
             data.get("source"),
+            bool(data.get("blocked", False)),
         )
 
 
@@ -129,14 +135,23 @@ class SwitchRecorder:
         chosen = self.inner.next_task(runnable, current)
         lookup = _lookup()
         if current is not None and chosen != current and lookup is not None:
-            switch = self._switch(lookup, current, chosen)
+            switch = self._switch(lookup, current, chosen, blocked=current not in runnable)
             # A worker between operations and outside the pool (the harness starting workers,
             # a program's sleep) says nothing about the pool: such hand-overs are not listed.
             if switch.operation is not None or switch.file is not None:
                 self.switches.append(switch)
         return chosen
 
-    def _switch(self, lookup: Lookup, paused: int, chosen: int) -> Switch:
+    def handed_over(self, paused: int, to: int) -> None:
+        """The thread baton's hand-over with no choice made: ``paused`` blocked, and ``to`` was
+        the only thread that could run. Noted as a blocked switch, as ``next_task`` notes one."""
+        lookup = _lookup()
+        if lookup is not None:
+            switch = self._switch(lookup, paused, to, blocked=True)
+            if switch.operation is not None or switch.file is not None:
+                self.switches.append(switch)
+
+    def _switch(self, lookup: Lookup, paused: int, chosen: int, *, blocked: bool = False) -> Switch:
         worker, frames = lookup(paused)
         to, _ = lookup(chosen)
         inside = next((f for f in frames if f.f_code.co_filename in self.files), None)
@@ -145,7 +160,7 @@ class SwitchRecorder:
         if inside is not None:
             file, line = os.path.basename(inside.f_code.co_filename), inside.f_lineno
             source = linecache.getline(inside.f_code.co_filename, line).strip() or None
-        return Switch(worker, to, op[0] if op else None, op[1] if op else None, file, line, source)
+        return Switch(worker, to, op[0] if op else None, op[1] if op else None, file, line, source, blocked)
 
 
 def _lookup() -> Lookup | None:
