@@ -22,7 +22,7 @@ from kvstress.reports import load_report
 from kvstress.scenarios._motifs import PARKED_WAIT, motifs
 from kvstress.scenarios._programs import HANDOFF_WAIT, Scenario
 from kvstress.scenarios._search import search
-from kvstress.schedulers import DelayBoundedScheduler
+from kvstress.schedulers import DelayBoundedScheduler, RandomScheduler
 
 
 def _target(name: str, backend: str = "asyncio") -> object:
@@ -69,6 +69,22 @@ def _two_parked(motif: Scenario) -> bool:
     return sum(program[-1] == ("acquire", PARKED_WAIT) for program in motif.programs) == 2 and all(
         step[0] != "cancel" for program in motif.programs for step in program
     )
+
+
+def test_the_churn_motif_reaches_a_race_past_an_index_threshold() -> None:
+    """A ring whose consumer rewinds both indexes once its own passes twice the size (zephyr PR
+    #37323, rebuilt blind: random's drawn programs found it on one seed of three in 10 s): the
+    race needs four acquires before a release's ``tail += 1`` can meet the rewind. The churn
+    motif gets there under random schedules; the ring that wraps each index on its own side
+    stays clean."""
+    churn = [m for m in motifs(2, False) if len(m.programs[0]) == 2 * (2 * 2 + 1)]
+    assert len(churn) == 1
+    found = []
+    for name in ("RingRewindPool", "RingWrapPool"):
+        config = replace(scenario_config(load_target(f"pools.ring_rewind:{name}")), scenario=churn[0])
+        result = search(config, RandomScheduler(seed=1), max_executions=400, budget_s=60, shrink=False)
+        found.append(None if result.failure is None else result.failure.violation.invariant)
+    assert found[0] in ("queue-corruption", "lost-block", "counter-mismatch") and found[1] is None
 
 
 def test_the_aba_motif_finds_a_lock_free_head_compared_by_id_alone() -> None:
@@ -189,11 +205,13 @@ def test_a_delay_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None
 
 
 def test_motifs_cover_the_protocol_pairs_and_grow_with_the_pool() -> None:
-    """Thirteen motifs for threads, fifteen with cancellation for async; on real time the ones
-    whose waiters park for a second of virtual time are left out; a larger pool is drained."""
-    assert len(motifs(2, False)) == 13 and len(motifs(2, True)) == 15
-    assert len(motifs(2, False, virtual=False)) == 12 and len(motifs(2, True, virtual=False)) == 13
+    """Fourteen motifs for threads, sixteen with cancellation for async; on real time the ones
+    whose waiters park for a second of virtual time are left out; a larger pool is drained, and
+    churned through more rounds (each index of the pool passed four times and more)."""
+    assert len(motifs(2, False)) == 14 and len(motifs(2, True)) == 16
+    assert len(motifs(2, False, virtual=False)) == 13 and len(motifs(2, True, virtual=False)) == 14
     assert any(len(program) == 5 + 4 for m in motifs(4, False) for program in m.programs)
+    assert any(len(program) == 2 * (2 * 4 + 1) for m in motifs(4, False) for program in m.programs)
 
 
 def test_a_scenario_round_trips_through_json_and_bad_json_is_named() -> None:

@@ -25,7 +25,10 @@ from the protocol alone, not from any pool's code, the shortest first:
 - a waiter with no time limit (``acquire(None)``) at an exhausted pool, a block back soon after;
 - for async pools: a waiter cancelled as its block is handed to it, alone, and with another
   waiter parked beside it that must then get the block;
-- a waiter whose deadline lands as its block is handed to it, with another parked beside it.
+- a waiter whose deadline lands as its block is handed to it, with another parked beside it;
+- two workers churning, each taking a block and giving it back, round after round, until the
+  pool's indexes have gone round it twice and more (a ring that wraps or rewinds its indexes,
+  work deferred to every k-th release: a race that opens only past such a threshold).
 """
 
 from __future__ import annotations
@@ -80,6 +83,10 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
         # must wait for it (a None taken for 0 by `if not timeout:` gives up at once).
         _of([*take_all, ("sleep", SETTLE), ("release", None)], [("sleep", SETTLE / 2), ("acquire", None)]),
     ]
+    # Churn: 2 * blocks + 1 rounds each, so that together the two pass every index of the pool
+    # four times and more, one worker's take beside the other's give-back at each turn.
+    churn: list[Step] = [("acquire", 0.0), ("release", None)] * (2 * blocks + 1)
+    found.append(_of(churn, churn))
     if is_async:
         found.append(
             _of([*take_all, ("sleep", SETTLE), *give_all], [waiter], [("sleep", SETTLE), ("cancel", 1)])
