@@ -708,7 +708,7 @@ class ThreadController:
         return (
             f"the controlled threads passed {self.max_steps} scheduling points at virtual time "
             f"{self.now:g} s without time moving: a spin or a livelock (thread {me.name} was "
-            f"running{where}), or a longer program (pass a larger max_steps)"
+            f"running{where}), or a longer program (run_threads' max_steps)"
         )
 
     # -- the trace hook ------------------------------------------------------------------------

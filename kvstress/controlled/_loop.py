@@ -398,7 +398,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             raise StepLimitExceeded(
                 f"the controlled loop ran {self.max_steps} callbacks at virtual time {self._kv_now:g} s "
                 f"without time moving: a livelock or a spin (task {culprit!r} ran last), or a longer "
-                "program (pass a larger max_steps)",
+                "program (run_controlled's max_steps)",
                 culprit,
             )
         entry = self._choose(ready)
