@@ -169,11 +169,11 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_stopping = False
         self._kv_polled = False  # idle once already: I/O had its poll
         self._kv_threads = 0  # calls running in a thread (run_in_executor, anyio's) not yet back
-        # Work submitted to an executor from this loop's thread, not yet done, and how many of
-        # those the loop stopped waiting for (long-lived): both under the lock (workers count
-        # theirs back).
-        self._kv_submitted = 0
-        self._kv_submitted_stale = 0
+        # Work submitted to an executor from this loop's thread, not yet done, and those of it
+        # the loop stopped waiting for (long-lived): both under the lock (workers take theirs
+        # out as they finish).
+        self._kv_submitted: set[concurrent.futures.Future[Any]] = set()
+        self._kv_submitted_stale: set[concurrent.futures.Future[Any]] = set()
         self._kv_submit_lock = threading.Lock()
         self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
@@ -314,18 +314,18 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         loop waits for it (up to ``SUBMITTED_WAIT_S`` of real time) before virtual time moves,
         as a real loop's clock would not run ahead of a reset that takes microseconds."""
         with self._kv_submit_lock:
-            self._kv_submitted += 1
+            self._kv_submitted.add(future)
         future.add_done_callback(self._kv_submitted_back)
 
     def _kv_submitted_back(self, future: concurrent.futures.Future[Any]) -> None:
         with self._kv_submit_lock:  # in the worker's thread, or this one if it was done
-            self._kv_submitted -= 1
-            self._kv_submitted_stale = min(self._kv_submitted_stale, self._kv_submitted)
+            self._kv_submitted.discard(future)
+            self._kv_submitted_stale.discard(future)
         self._kv_woken.set()
 
     def _kv_submissions_pending(self) -> bool:
         with self._kv_submit_lock:
-            return self._kv_submitted > self._kv_submitted_stale
+            return len(self._kv_submitted) > len(self._kv_submitted_stale)
 
     def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
         """Create a task and give it the next lane id (creation order is stable per run)."""
@@ -578,8 +578,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self._kv_submissions_pending():
             if self._kv_inbox or self._kv_woken.wait(SUBMITTED_WAIT_S):
                 return True
-            with self._kv_submit_lock:  # still running: long-lived, time moves on without it
-                self._kv_submitted_stale = self._kv_submitted
+            with self._kv_submit_lock:  # still running: long-lived, time moves on without them
+                self._kv_submitted_stale = set(self._kv_submitted)
         when = self._next_timer()
         if when is None:
             if not self._kv_polled:
