@@ -11,7 +11,7 @@ import pytest
 from pools import broken
 from pools._simple import SimpleAsyncPool, SimpleThreadedPool
 from pools.handoff_asyncio import ExecutorResetHandoffPool, ExecutorSkipsResetPool
-from pools.self_pipe import SelectCallPool, SelfPipeLateRegisterPool, SelfPipePool
+from pools.self_pipe import EpollPool, PollObjectPool, SelectCallPool, SelfPipeLateRegisterPool, SelfPipePool
 from pools.tiny import TinyCheckThenPollPool, TinyPool, TinyResetAfterOfferPool
 
 from kvstress import AsyncBlockPool, BlockState, ThreadedBlockPool
@@ -233,12 +233,15 @@ def test_a_reset_on_the_pools_own_executor_is_waited_for(scheduler: Scheduler) -
     assert result.failure is not None and result.failure.violation.invariant == "dirty-read"
 
 
-@pytest.mark.parametrize("factory", [SelfPipePool, SelectCallPool], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "factory", [SelfPipePool, SelectCallPool, PollObjectPool, EpollPool], ids=lambda f: f.__name__
+)
 @pytest.mark.parametrize(
     "scheduler", [RandomScheduler(seed=5), PCTScheduler(depth=3, seed=5)], ids=["random", "pct"]
 )
 def test_waits_on_a_pipe_are_cooperative(factory: type, scheduler: Scheduler) -> None:
-    """Waiters that park on a pipe of their own (``selectors``, ``select.select``), woken by a
+    """Waiters that park on a pipe of their own (``selectors``, ``select.select``, a ``poll`` or
+    an ``epoll`` object), woken by a
     byte a release writes, are clean: the wait polls its descriptor at each decision and times
     out on virtual time (it was a real syscall, and a correct pool a busy-wait). A waiter that
     registers its pipe too late is found."""

@@ -74,3 +74,46 @@ for _name in ("SelectSelector", "PollSelector", "EpollSelector", "DevpollSelecto
     if hasattr(_selectors, _name):
         SELECTORS[_name] = _cooperative(getattr(_selectors, _name))
 SELECTORS["DefaultSelector"] = SELECTORS[_selectors.DefaultSelector.__name__]
+
+
+class _Polling:
+    """A ``select.poll`` or ``select.epoll`` object whose ``poll`` waits cooperatively in a
+    controlled thread (``milliseconds``: poll's timeout unit; epoll's is seconds); everything
+    else is the real object's."""
+
+    def __init__(self, real: Any, *, milliseconds: bool) -> None:
+        self._real = real
+        self._milliseconds = milliseconds
+
+    def poll(self, timeout: float | None = None, *args: Any) -> Any:
+        seconds = None if timeout is None or timeout < 0 else timeout / (1000 if self._milliseconds else 1)
+        got = _wait_ready(
+            lambda: self._real.poll(0, *args), bool, seconds, f"{type(self._real).__name__}.poll()"
+        )
+        return self._real.poll(timeout, *args) if got is _NOT_HERE else got
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def __enter__(self) -> _Polling:
+        self._real.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._real.__exit__(*exc)
+
+
+def poll() -> _Polling:
+    """``select.poll()``, whose ``poll`` waits on virtual time in a controlled thread."""
+    return _Polling(_select.poll(), milliseconds=True)
+
+
+SELECT: dict[str, Callable[..., Any]] = {"select": select, "poll": poll}
+"""The ``select`` module's waits, made cooperative (``epoll`` where the platform has it)."""
+if hasattr(_select, "epoll"):
+
+    def epoll(*args: Any, **kwargs: Any) -> _Polling:
+        """``select.epoll(...)``, whose ``poll`` waits on virtual time in a controlled thread."""
+        return _Polling(_select.epoll(*args, **kwargs), milliseconds=False)
+
+    SELECT["epoll"] = epoll

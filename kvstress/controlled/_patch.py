@@ -169,15 +169,13 @@ def _swaps(groups: tuple[tuple[types.ModuleType, dict[str, Any]], ...]) -> dict[
     return swaps
 
 
-_SELECT = {"select": _coop_io.select}
-
 _THREAD_SWAPS = _swaps(
     (
         (threading, _THREADING),
         (time, _TIME),
         (queue, _QUEUE),
         (concurrent.futures, _FUTURES),
-        (select, _SELECT),
+        (select, _coop_io.SELECT),
         (selectors, _coop_io.SELECTORS),
     )
 )

@@ -101,6 +101,42 @@ class SelectCallPool(SelfPipePool):
                     return self._taken(self._free.popleft())
 
 
+class PollObjectPool(SelfPipePool):
+    """The same, waiting on a ``select.poll()`` object (milliseconds): correct."""
+
+    def _wait(self, read_end: int, write_end: int, timeout: float | None) -> Block | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(read_end, select.POLLIN)
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            poller.poll(None if remaining is None else remaining * 1000)
+            self._drain(read_end)
+            with self._lock:
+                if self._free:
+                    return self._taken(self._free.popleft())
+
+
+class EpollPool(SelfPipePool):
+    """The same, waiting on a ``select.epoll`` object (seconds), closed by ``with``: correct."""
+
+    def _wait(self, read_end: int, write_end: int, timeout: float | None) -> Block | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with select.epoll() as poller:
+            poller.register(read_end, select.EPOLLIN)
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                poller.poll(-1 if remaining is None else remaining)
+                self._drain(read_end)
+                with self._lock:
+                    if self._free:
+                        return self._taken(self._free.popleft())
+
+
 class SelfPipeLateRegisterPool(SelfPipePool):
     """Registers its pipe only after the lock section that found nothing free (BUG): a release in
     between writes to no pipe of its, and it sleeps out its timeout with a block free."""
