@@ -16,6 +16,7 @@ import select
 import selectors
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kvstress.mutants import Block
@@ -57,17 +58,23 @@ class SelfPipePool(BlockLedger):
 
     def _wait(self, read_end: int, write_end: int, timeout: float | None) -> Block | None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        with selectors.DefaultSelector() as selector:
-            selector.register(read_end, selectors.EVENT_READ)
+        with self._parking(read_end) as park:
             while True:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
-                selector.select(remaining)
+                park(remaining)
                 self._drain(read_end)
                 with self._lock:
                     if self._free:
                         return self._taken(self._free.popleft())
+
+    @contextlib.contextmanager
+    def _parking(self, read_end: int) -> Iterator[Callable[[float | None], object]]:
+        """How a waiter parks until its pipe is readable or ``remaining`` seconds pass."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(read_end, selectors.EVENT_READ)
+            yield selector.select
 
     @staticmethod
     def _drain(read_end: int) -> None:
@@ -88,53 +95,29 @@ class SelfPipePool(BlockLedger):
 class SelectCallPool(SelfPipePool):
     """The same, waiting with ``select.select`` instead of a selector: correct."""
 
-    def _wait(self, read_end: int, write_end: int, timeout: float | None) -> Block | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return None
-            select.select([read_end], [], [], remaining)
-            self._drain(read_end)
-            with self._lock:
-                if self._free:
-                    return self._taken(self._free.popleft())
+    @contextlib.contextmanager
+    def _parking(self, read_end: int) -> Iterator[Callable[[float | None], object]]:
+        yield lambda remaining: select.select([read_end], [], [], remaining)
 
 
 class PollObjectPool(SelfPipePool):
     """The same, waiting on a ``select.poll()`` object (milliseconds): correct."""
 
-    def _wait(self, read_end: int, write_end: int, timeout: float | None) -> Block | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    @contextlib.contextmanager
+    def _parking(self, read_end: int) -> Iterator[Callable[[float | None], object]]:
         poller = select.poll()
         poller.register(read_end, select.POLLIN)
-        while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return None
-            poller.poll(None if remaining is None else remaining * 1000)
-            self._drain(read_end)
-            with self._lock:
-                if self._free:
-                    return self._taken(self._free.popleft())
+        yield lambda remaining: poller.poll(None if remaining is None else remaining * 1000)
 
 
 class EpollPool(SelfPipePool):
     """The same, waiting on a ``select.epoll`` object (seconds), closed by ``with``: correct."""
 
-    def _wait(self, read_end: int, write_end: int, timeout: float | None) -> Block | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    @contextlib.contextmanager
+    def _parking(self, read_end: int) -> Iterator[Callable[[float | None], object]]:
         with select.epoll() as poller:
             poller.register(read_end, select.EPOLLIN)
-            while True:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                poller.poll(-1 if remaining is None else remaining)
-                self._drain(read_end)
-                with self._lock:
-                    if self._free:
-                        return self._taken(self._free.popleft())
+            yield lambda remaining: poller.poll(-1 if remaining is None else remaining)
 
 
 class SelfPipeLateRegisterPool(SelfPipePool):
