@@ -53,9 +53,9 @@ from kvstress.controlled._loop import (
     EARLY_FIRE_STEPS,
     FAIRNESS_BOUND,
     FIRE_HORIZON,
-    LATE_WINDOW,
     REAL_CLOCK_HINT,
     TIMER_LANE,
+    late_offers,
 )
 from kvstress.controlled._quiet import quiet_lines
 from kvstress.schedulers import ALL_TIMERS, Scheduler
@@ -635,10 +635,8 @@ class ThreadController:
         deadline within ``LATE_WINDOW`` (and the time limit), so that the waits due before it end
         late, all at once, and the scheduler orders those threads. A reaper's abort due a hair
         before a worker's last sleep ends can then come after it, inside the worker's window."""
-        horizon = when + LATE_WINDOW
-        if self.max_time is not None:
-            horizon = min(horizon, self._origin + self.max_time)
-        offered = sorted({t.deadline for t in timed if t.deadline is not None and t.deadline <= horizon})
+        limit = None if self.max_time is None else self._origin + self.max_time
+        offered = late_offers(when, (t.deadline for t in timed if t.deadline is not None), limit)
         if len(offered) < 2:
             return when
         lanes = [TIMER_LANE + index for index in range(len(offered))]

@@ -35,7 +35,7 @@ import heapq
 import itertools
 import math
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar, TypeVarTuple
 
 from kvstress.controlled._errors import (
@@ -118,6 +118,14 @@ _PURGE_MIN_TIMERS = 100  # below this many timers, cancelled ones are left in th
 
 # A scheduled callback: its handle (what the caller holds: cancel, cancelled), then what runs.
 _Entry = tuple[asyncio.Handle, Callable[..., object], tuple[Any, ...], contextvars.Context]
+
+
+def late_offers(when: float, deadlines: Iterable[float], limit: float | None) -> list[float]:
+    """The instants a jump of virtual time to ``when`` (the next deadline) may go to instead with
+    late timers: ``when`` and each later distinct deadline within ``LATE_WINDOW`` of it and not
+    past ``limit`` (the run's time limit, None: none), in order. One offer: no choice to make."""
+    horizon = when + LATE_WINDOW if limit is None else min(when + LATE_WINDOW, limit)
+    return sorted({when, *(deadline for deadline in deadlines if when < deadline <= horizon)})
 
 
 def later(now: float, seconds: float) -> float:
@@ -604,16 +612,16 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         scheduler picks, a later live timer due within ``LATE_WINDOW`` (and ``max_time``), so
         that the timers before it fire late. One choice per jump, and none where no other timer
         is that close."""
-        horizon = when + LATE_WINDOW
-        if self.max_time is not None:
-            horizon = min(horizon, self._kv_start + self.max_time)
         timers = self._kv_timers
-        popped = []  # the heap's head, in order, up to the horizon: put back as they were
-        while timers and timers[0][0] <= horizon:
+        popped = []  # the heap's head, in order, up to the window's end: put back as they were
+        while timers and timers[0][0] <= when + LATE_WINDOW:
             popped.append(heapq.heappop(timers))
         for timer in popped:
             heapq.heappush(timers, timer)
-        offered = sorted({deadline for deadline, _, handle, _ in popped if not handle.cancelled()})
+        limit = None if self.max_time is None else self._kv_start + self.max_time
+        offered = late_offers(
+            when, (deadline for deadline, _, handle, _ in popped if not handle.cancelled()), limit
+        )
         if len(offered) < 2:
             return when
         lane = self._ask([TIMER_LANE + index for index in range(len(offered))])
