@@ -214,7 +214,10 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._tells_woken = hasattr(scheduler, "woken")  # the scheduler takes the hint (delay)
         # Whether a timer due within FIRE_HORIZON is a choice beside the ready lanes.
         self._early_timers = int(getattr(scheduler, "fires_timers", 0)) >= ALL_TIMERS
+        # An explored test's schedule (``late_timers``): timers may fire late, and new tasks
+        # start in the order they were made (``_in_creation_order``).
         self._late_timers = bool(getattr(scheduler, "late_timers", False))
+        self._kv_started: set[int] = set()  # the lanes that have run a step
         self.kv_excused = 0.0
         """Virtual seconds time jumped for a timer fired early, while callbacks were ready: an
         operation in flight meanwhile is not blamed for them (``excused_seconds``)."""
@@ -443,6 +446,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         heads = self._lane_heads(ready)
         if heads is None:
             return None
+        if self._late_timers:
+            heads = self._in_creation_order(heads)
         if self._tells_woken:
             self._tell_woken(heads)
         self.kv_contended = len(heads) > 1
@@ -455,6 +460,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         else:
             lane = next(iter(heads)) if len(heads) == 1 else self._ask_fairly(sorted(heads))
         self._current = lane
+        self._kv_started.add(lane)
         index = heads[lane]
         if index == 0:
             entry = ready.popleft()
@@ -463,6 +469,17 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             del ready[index]
         self._kv_origin.pop(entry[0], None)
         return entry
+
+    def _in_creation_order(self, heads: dict[int, int]) -> dict[int, int]:
+        """``heads`` less every task that has not run yet but the first created (an explored
+        test's schedule): a loop runs a new task's first step in the order the tasks were made
+        (``call_soon``'s FIFO), and a test that starts its clients in order may rely on it.
+        Everything after a task's first step is the strategy's to order."""
+        waiting = [lane for lane in heads if lane > 0 and lane not in self._kv_started]
+        if len(waiting) < 2:
+            return heads
+        first = min(waiting)
+        return {lane: index for lane, index in heads.items() if lane == first or lane not in waiting}
 
     def _next_timer(self) -> float | None:
         """When the next live timer is due (cancelled ones at the head are dropped); None: none."""

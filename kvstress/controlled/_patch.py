@@ -14,6 +14,7 @@ import asyncio
 import concurrent
 import concurrent.futures
 import contextlib
+import datetime
 import functools
 import importlib
 import inspect
@@ -158,6 +159,29 @@ _LOOP_TIME = {
 }
 
 
+def _virtual_datetime(wall: Callable[[], float]) -> type[datetime.datetime]:
+    """``datetime.datetime`` whose ``now``, ``today`` and ``utcnow`` read ``wall`` (the virtual
+    wall clock), so a latency measured with them moves with virtual time; the rest is the real
+    class's (a subclass: what it makes passes ``isinstance`` with either)."""
+
+    class VirtualDatetime(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> VirtualDatetime:
+            return cls.fromtimestamp(wall(), tz)
+
+        @classmethod
+        def today(cls) -> VirtualDatetime:
+            return cls.fromtimestamp(wall())
+
+        @classmethod
+        def utcnow(cls) -> VirtualDatetime:
+            return cls.fromtimestamp(wall(), datetime.UTC).replace(tzinfo=None)
+
+    VirtualDatetime.__name__ = VirtualDatetime.__qualname__ = "datetime"
+    VirtualDatetime.__module__ = "datetime"
+    return VirtualDatetime
+
+
 def _swaps(groups: tuple[tuple[types.ModuleType, dict[str, Any]], ...]) -> dict[int, tuple[object, object]]:
     """id(real object) -> (real object, its cooperative stand-in)."""
     swaps: dict[int, tuple[object, object]] = {}
@@ -177,6 +201,7 @@ _THREAD_SWAPS = _swaps(
         (concurrent.futures, _FUTURES),
         (select, _coop_io.SELECT),
         (selectors, _coop_io.SELECTORS),
+        (datetime, {"datetime": _virtual_datetime(_coop.time)}),
     )
 )
 # ``import concurrent.futures`` binds the package: its stand-in answers ``.futures`` with the
@@ -185,7 +210,7 @@ _THREAD_SWAPS[id(concurrent)] = (
     concurrent,
     _ModuleProxy(concurrent, {"futures": _THREAD_SWAPS[id(concurrent.futures)][1]}),
 )
-_LOOP_SWAPS = _swaps(((time, _LOOP_TIME),))
+_LOOP_SWAPS = _swaps(((time, _LOOP_TIME), (datetime, {"datetime": _virtual_datetime(_loop_wall_time)})))
 
 
 def resolve_modules(targets: Iterable[object]) -> tuple[types.ModuleType, ...]:
