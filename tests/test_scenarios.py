@@ -11,7 +11,14 @@ import pytest
 from pools import broken
 from pools._simple import SimpleAsyncPool, SimpleThreadedPool
 from pools.handoff_asyncio import ExecutorResetHandoffPool, ExecutorSkipsResetPool
-from pools.self_pipe import EpollPool, PollObjectPool, SelectCallPool, SelfPipeLateRegisterPool, SelfPipePool
+from pools.self_pipe import (
+    EdgeEpollPool,
+    EpollPool,
+    PollObjectPool,
+    SelectCallPool,
+    SelfPipeLateRegisterPool,
+    SelfPipePool,
+)
 from pools.tiny import TinyCheckThenPollPool, TinyPool, TinyResetAfterOfferPool
 
 from kvstress import AsyncBlockPool, BlockState, ThreadedBlockPool
@@ -234,7 +241,9 @@ def test_a_reset_on_the_pools_own_executor_is_waited_for(scheduler: Scheduler) -
 
 
 @pytest.mark.parametrize(
-    "factory", [SelfPipePool, SelectCallPool, PollObjectPool, EpollPool], ids=lambda f: f.__name__
+    "factory",
+    [SelfPipePool, SelectCallPool, PollObjectPool, EpollPool, EdgeEpollPool],
+    ids=lambda f: f.__name__,
 )
 @pytest.mark.parametrize(
     "scheduler", [RandomScheduler(seed=5), PCTScheduler(depth=3, seed=5)], ids=["random", "pct"]

@@ -23,11 +23,23 @@ from kvstress.controlled._loop import later
 
 T = TypeVar("T")
 _NOT_HERE = object()
+MILLISECOND = 0.001
+"""The unit ``select.poll`` takes its timeout in, and that ``epoll`` rounds its own up to."""
 
 
-def _wait_ready(poll: Callable[[], T], ready: Callable[[T], bool], timeout: float | None, what: str) -> Any:
+def _wait_ready(
+    poll: Callable[[], T],
+    ready: Callable[[T], bool],
+    timeout: float | None,
+    what: str,
+    granularity: float = 0.0,
+) -> Any:
     """``poll()`` once the descriptors are ready or the virtual ``timeout`` passed; ``_NOT_HERE``
-    outside a controlled thread (the caller makes the real call)."""
+    outside a controlled thread (the caller makes the real call). ``granularity``: the unit the
+    real call rounds its timeout up to (``poll`` and ``epoll``: a millisecond); a wait that times
+    out credits it to the thread (``excused``), as the timing checks allow a real clock's slack:
+    a correct pool that rounds its remaining time up to whole milliseconds for ``poll`` returns
+    up to that much past its deadline, as it would on any OS."""
     controller, me = _here()
     if controller is None or me is None:
         return _NOT_HERE
@@ -36,11 +48,25 @@ def _wait_ready(poll: Callable[[], T], ready: Callable[[T], bool], timeout: floa
     if ready(got) or (timeout is not None and timeout <= 0):
         return got
     deadline = None if timeout is None else later(controller.now, timeout)
-    waitable = IoReady(lambda: ready(poll()), what)
+    seen: list[Any] = []  # what the poll that found them ready returned: an edge-triggered epoll
+    # reports an edge once, so the waiter gets that answer rather than polling again
+
+    def check() -> bool:
+        got = poll()
+        if ready(got):
+            seen.append(got)
+            return True
+        return False
+
+    waitable = IoReady(check, what)
     while True:
         woken = controller.block(me, waitable, deadline)
+        if seen:
+            return seen.pop()
         got = poll()
         if ready(got) or not woken:
+            if not woken and granularity:  # a timeout rounded up to the primitive's unit
+                me.excused += granularity
             return got
 
 
@@ -87,9 +113,8 @@ class _Polling:
 
     def poll(self, timeout: float | None = None, *args: Any) -> Any:
         seconds = None if timeout is None or timeout < 0 else timeout / (1000 if self._milliseconds else 1)
-        got = _wait_ready(
-            lambda: self._real.poll(0, *args), bool, seconds, f"{type(self._real).__name__}.poll()"
-        )
+        what = f"{type(self._real).__name__}.poll()"
+        got = _wait_ready(lambda: self._real.poll(0, *args), bool, seconds, what, MILLISECOND)
         return self._real.poll(timeout, *args) if got is _NOT_HERE else got
 
     def __getattr__(self, name: str) -> Any:

@@ -11,6 +11,7 @@ between writes to nobody, and the waiter sleeps out its timeout with a block fre
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import selectors
@@ -107,7 +108,8 @@ class PollObjectPool(SelfPipePool):
     def _parking(self, read_end: int) -> Iterator[Callable[[float | None], object]]:
         poller = select.poll()
         poller.register(read_end, select.POLLIN)
-        yield lambda remaining: poller.poll(None if remaining is None else remaining * 1000)
+        # whole milliseconds, rounded up: the pool may return up to 1 ms past its deadline
+        yield lambda remaining: poller.poll(None if remaining is None else math.ceil(remaining * 1000))
 
 
 class EpollPool(SelfPipePool):
@@ -117,6 +119,17 @@ class EpollPool(SelfPipePool):
     def _parking(self, read_end: int) -> Iterator[Callable[[float | None], object]]:
         with select.epoll() as poller:
             poller.register(read_end, select.EPOLLIN)
+            yield lambda remaining: poller.poll(-1 if remaining is None else remaining)
+
+
+class EdgeEpollPool(SelfPipePool):
+    """The same on an edge-triggered ``epoll``: each write is reported once, and the waiter
+    drains its pipe after each wake-up: correct."""
+
+    @contextlib.contextmanager
+    def _parking(self, read_end: int) -> Iterator[Callable[[float | None], object]]:
+        with select.epoll() as poller:
+            poller.register(read_end, select.EPOLLIN | select.EPOLLET)
             yield lambda remaining: poller.poll(-1 if remaining is None else remaining)
 
 
