@@ -412,18 +412,23 @@ def test_polling_with_sleeps_is_not_a_spin_but_time_is_bounded() -> None:
 
 def test_work_in_a_thread_is_waited_for_not_called_a_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
     """``to_thread`` (and the executor's shutdown when the run closes) come back from real
-    threads: the loop waits for them instead of calling the wait a deadlock, and their work
-    takes no virtual time, so a timeout around it does not fire early."""
+    threads: the loop waits for them instead of calling the wait a deadlock, and virtual time
+    runs with real time while they work, as a real loop's clock does: a 50 ms sleep in a thread
+    takes at least 50 ms of the loop's time (a blind user's test read 0 there), and a timeout
+    shorter than it fires, one longer does not."""
     import threading
 
-    async def main() -> tuple[int, float]:
+    async def main(limit: float) -> tuple[int, float]:
         start = asyncio.get_running_loop().time()
-        async with asyncio.timeout(1):
+        async with asyncio.timeout(limit):
             got = await asyncio.to_thread(lambda: (time.sleep(0.05), 7)[1])
         return got, asyncio.get_running_loop().time() - start
 
-    for seed in range(5):
-        assert run_controlled(main, RandomScheduler(seed)) == (7, 0.0)
+    for seed in range(3):
+        got, elapsed = run_controlled(lambda: main(1.0), RandomScheduler(seed))
+        assert got == 7 and 0.05 <= elapsed < 1.0
+        with pytest.raises(TimeoutError):
+            run_controlled(lambda: main(0.01), RandomScheduler(seed))
     # A thread that never comes back is still a deadlock, after the bound.
     monkeypatch.setattr(kvstress.controlled._loop, "THREAD_WAIT_S", 0.2)
     never = threading.Event()
@@ -452,8 +457,9 @@ def test_anyio_worker_threads_are_waited_for_too() -> None:
         got += await anyio.to_thread.run_sync(lambda: (time.sleep(0.05), 1)[1])  # no timer at all
         return got, asyncio.get_running_loop().time() - start
 
-    for seed in range(5):
-        assert run_controlled(main, RandomScheduler(seed)) == (8, 0.0)
+    for seed in range(3):
+        got, elapsed = run_controlled(main, RandomScheduler(seed))
+        assert got == 8 and 0.1 <= elapsed < 1.0
     assert anyio.to_thread.run_sync is real
     assert asyncio.run(anyio.to_thread.run_sync(lambda: 3)) == 3  # a stock loop: untouched
 
@@ -462,31 +468,35 @@ def test_work_submitted_to_an_executor_is_waited_for_and_a_long_lived_one_is_not
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A ``ThreadPoolExecutor`` of the code's own: a submission made on the loop's thread is
-    waited for before virtual time moves (its result comes back by ``call_soon_threadsafe``, as
-    a reset offering its block does), so a timer due later does not fire first. A submission
-    still running after ``SUBMITTED_WAIT_S`` (a worker for the executor's whole life) is let be:
-    time moves on without it. Outside a controlled run ``submit`` is the stock method again."""
+    waited for, on real time, before a timer due later fires (its result comes back by
+    ``call_soon_threadsafe``, as a reset offering its block does), and a timer due sooner fires
+    first, as on a real loop. A submission still running after ``SUBMITTED_WAIT_S`` with no
+    timer due sooner (a worker for the executor's whole life) is let be: virtual time jumps on
+    to the next timer without it. Outside a controlled run ``submit`` is the stock method."""
     import concurrent.futures
     import threading
 
     real_submit = concurrent.futures.ThreadPoolExecutor.submit
     monkeypatch.setattr(kvstress.controlled._loop, "SUBMITTED_WAIT_S", 0.3)
 
-    async def main() -> list[str]:
+    async def main(timer: float) -> list[str]:
         loop = asyncio.get_running_loop()
         order: list[str] = []
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as executor:
             forever = threading.Event()
-            executor.submit(forever.wait, 10)  # long-lived: waited for once, then not
+            executor.submit(forever.wait, 10)  # long-lived
             executor.submit(lambda: (time.sleep(0.05), loop.call_soon_threadsafe(order.append, "back")))
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(timer)
             order.append("timer")
-            await asyncio.sleep(0.001)  # time moves again: the long-lived one is not waited for
+            began = time.perf_counter()
+            await asyncio.sleep(60)  # the long-lived one alone is out: no real minute waited
+            assert time.perf_counter() - began < 5
             forever.set()
         return order
 
-    for seed in range(3):
-        assert run_controlled(main, RandomScheduler(seed)) == ["back", "timer"]
+    for seed in range(2):
+        assert run_controlled(lambda: main(0.5), RandomScheduler(seed)) == ["back", "timer"]
+        assert run_controlled(lambda: main(0.005), RandomScheduler(seed)) == ["timer", "back"]
     assert concurrent.futures.ThreadPoolExecutor.submit is real_submit
 
 

@@ -109,7 +109,9 @@ def is_zero(view: View | None) -> bool | None:
 def nonzero_detail(inner: Any) -> str:
     """``3 of 8 elements not zero (first at flat index 2: 7.0)``."""
     try:
-        flat = inner.data.detach().reshape(-1)
+        # one snapshot: a thread still zeroing the block must not change it between the count
+        # and the value quoted ("8 of 8 not zero (first ...: 0.0)")
+        flat = inner.data.detach().reshape(-1).clone()
         where = (flat != 0).nonzero()
         first = int(where[0, 0])
         count, value = where.shape[0], flat[first].item()

@@ -13,11 +13,21 @@ def check_zeroed(block_id: int, data: torch.Tensor) -> None:
     nonzero = torch.nonzero(flat != 0)
     if nonzero.numel() == 0:
         return
-    first = int(nonzero[0, 0])
+    # Quote from one snapshot: a reset still running in another thread may zero the block
+    # between the test and the quote ("8 of 8 not zero (first ...: 0.0)").
+    snapshot = flat.clone()
+    again = torch.nonzero(snapshot != 0)
+    if again.numel():
+        first = int(again[0, 0])
+        detail = f"{again.shape[0]} of {flat.numel()} elements not zero (first at flat index {first}: "
+        detail += f"{snapshot[first].item()!r})"
+    else:
+        detail = (
+            f"{nonzero.shape[0]} of {flat.numel()} elements not zero, zeroed since: a reset still running"
+        )
     raise InvariantViolation(
         "dirty-read",
-        f"block {block_id} came out of acquire with {nonzero.shape[0]} of {flat.numel()} elements "
-        f"not zero (first at flat index {first}: {flat[first].item()!r}): stale K/V from an earlier holder",
+        f"block {block_id} came out of acquire with {detail}: stale K/V from an earlier holder",
     )
 
 

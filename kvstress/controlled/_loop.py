@@ -35,6 +35,7 @@ import heapq
 import itertools
 import math
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar, TypeVarTuple
 
@@ -183,6 +184,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_submitted: set[concurrent.futures.Future[Any]] = set()
         self._kv_submitted_stale: set[concurrent.futures.Future[Any]] = set()
         self._kv_submit_lock = threading.Lock()
+        self._kv_real: float | None = None  # while work is out in threads: real time last read
         self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
         self._kv_origin: dict[asyncio.Handle, int] = {}  # a plain callback a task queued -> its lane
@@ -297,6 +299,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         """The stock call, counted until it is back: while one is out and nothing else is
         ready, the loop waits for it in real time before virtual time moves (a thread's work
         takes no virtual time), instead of calling the wait a deadlock."""
+        self.thread_work_begins()
         future = super().run_in_executor(executor, func, *args)
         self._kv_threads += 1
         future.add_done_callback(self._kv_thread_back)
@@ -314,6 +317,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     def thread_work(self) -> Iterator[None]:
         """Count work sent to a thread by other means (anyio's worker threads) until the block
         ends, as ``run_in_executor``'s calls are counted."""
+        self.thread_work_begins()
         self._kv_threads += 1
         try:
             yield
@@ -396,6 +400,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
 
     def _kv_step(self) -> bool:
         """One iteration; False to give the stock loop its I/O poll first."""
+        if self._kv_real is not None:
+            self._kv_follow_real()
         inbox, ready = self._kv_inbox, self._kv_ready
         while inbox:
             ready.append(inbox.popleft())
@@ -590,21 +596,20 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     def _idle(self) -> bool:
         """Nothing is ready: wait for calls out in threads, let the stock loop poll I/O once,
         then jump to the next timer, else it is a deadlock. False when the poll comes first."""
-        if self._kv_threads:
-            self._kv_woken.clear()
-            if not self._kv_inbox and not self._kv_woken.wait(THREAD_WAIT_S):
+        self._kv_woken.clear()  # before the counts are read: a call back after it sets it again
+        if self._kv_threads or self._kv_submissions_pending():
+            waited = self._wait_for_threads(THREAD_WAIT_S if self._kv_threads else SUBMITTED_WAIT_S)
+            if waited is None:
+                return True  # something came back: run it
+            if not waited and self._kv_threads:
                 raise Deadlock(
                     f"at virtual time {self._kv_now:g} nothing is ready, and {self._kv_threads} call(s) "
                     f"run in a thread (run_in_executor, to_thread, anyio's) did not come back within "
                     f"{THREAD_WAIT_S:g} s of real time"
                 )
-            return True
-        self._kv_woken.clear()  # before the count is read: a worker done after it sets it again
-        if self._kv_submissions_pending():
-            if self._kv_inbox or self._kv_woken.wait(SUBMITTED_WAIT_S):
-                return True
-            with self._kv_submit_lock:  # still running: long-lived, time moves on without them
-                self._kv_submitted_stale = set(self._kv_submitted)
+            if not waited:
+                with self._kv_submit_lock:  # still running: long-lived, time moves on without them
+                    self._kv_submitted_stale = set(self._kv_submitted)
         when = self._next_timer()
         if when is None:
             if not self._kv_polled:
@@ -623,6 +628,49 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self._kv_budget = self.max_steps  # the step bound is per instant: time moved
         self._fire_due_timers()
         return True
+
+    def _wait_for_threads(self, bound: float) -> bool | None:
+        """Wait in real time for work out in threads, as a real loop does, and move virtual time
+        by the time waited: a thread's work takes time (a test timing ``to_thread`` around a
+        5 ms sleep read 0, and a pool waiting in a thread for 0.2 s returned None at once on the
+        virtual clock: timeout-early). The wait ends at the next timer's time, as a real loop's
+        does. None: something came back; True: the next timer is due first; False: ``bound``
+        real seconds passed with no timer to fire."""
+        if self._kv_inbox:
+            return None
+        when = self._next_timer()
+        wait = bound if when is None else min(bound, max(0.0, when - self._kv_now))
+        back = self._kv_woken.wait(wait)
+        self._kv_follow_real()
+        if back or self._kv_inbox:
+            return None
+        return when is not None and self._kv_now >= when
+
+    def thread_work_begins(self) -> None:
+        """Work is about to go out to a thread: from now until all of it is back, virtual time
+        runs with real time (``_kv_follow_real``), from before the thread starts, so a thread's
+        own real-clock timeout never ends after less virtual time than it waited."""
+        if self._kv_real is None:
+            self._kv_real = time.perf_counter()
+
+    def _kv_follow_real(self) -> None:
+        """While work is out in threads, move virtual time on by the real time since the last
+        call: a thread works, waits and times out on the real clock, and a loop's clock runs
+        meanwhile (a test timing ``to_thread`` around a 5 ms sleep read 0; a pool waiting in a
+        thread with a 0.2 s timeout answered None at once on the virtual clock: timeout-early).
+        Real time comes with a real clock's jitter (a timed wait ends a fraction of a millisecond
+        late): it is credited to the operations in flight (``kv_excused``), as the checks allow
+        it on real time. Runs with no thread work keep exact virtual times."""
+        last = self._kv_real
+        if last is None:
+            return
+        now = time.perf_counter()
+        if now > last:
+            self._kv_now += now - last
+            self.kv_excused += now - last
+            self._kv_budget = self.max_steps  # the step bound is per instant: time moved
+        out = self._kv_threads or self._kv_submissions_pending()
+        self._kv_real = now if out else None
 
     def _late_jump(self, when: float) -> float:
         """Where an idle loop jumps with ``late_timers``: ``when`` (the next timer), or, as the

@@ -83,13 +83,15 @@ def following_thread_work() -> Iterator[None]:
 def _counted_submit(real: Callable[..., Future[Any]]) -> Callable[..., Future[Any]]:
     @functools.wraps(real)
     def submit(self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future = real(self, fn, *args, **kwargs)
         try:
             loop: Any = asyncio.get_running_loop()
         except RuntimeError:
-            return future
-        if callable(getattr(loop, "submitted", None)):  # a controlled asyncio loop's thread
-            loop.submitted(future)
+            return real(self, fn, *args, **kwargs)
+        if not callable(getattr(loop, "submitted", None)):  # not a controlled asyncio loop's thread
+            return real(self, fn, *args, **kwargs)
+        loop.thread_work_begins()  # before the worker can start: see ``thread_work_begins``
+        future = real(self, fn, *args, **kwargs)
+        loop.submitted(future)
         return future
 
     return submit
