@@ -282,3 +282,12 @@ def test_an_explored_run_names_the_violation_a_dead_task_hit_not_the_deadlock_af
         kvstress.explore(main, schedules=3, seed=0)
     assert caught.value.invariant == "double-release"
     assert any("then failed with Deadlock" in note for note in caught.value.__notes__)
+
+
+def test_a_plain_with_on_an_audited_async_pool_says_to_use_async_with() -> None:
+    """A blind user wrote ``with kvstress.audit(AsyncBlockPool(...))`` and read Python's bare
+    "does not support the context manager protocol"."""
+    audited = kvstress.audit(kvstress.AsyncBlockPool(2, (2, 4)))
+    with pytest.raises(TypeError, match="async with kvstress.audit"), audited:
+        pass
+    audited.close()

@@ -125,6 +125,15 @@ class AsyncAuditedPool(AuditCore):
         finally:
             await self.release(acquired)
 
+    def __enter__(self) -> AsyncAuditedPool:
+        raise TypeError(
+            "an audited async pool is closed with `async with kvstress.audit(pool) as audited:` "
+            "(or `audited.close()`), not a plain `with`"
+        )
+
+    def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ always raises
+        return None
+
     async def __aenter__(self) -> AsyncAuditedPool:
         return self
 
