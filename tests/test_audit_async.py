@@ -288,6 +288,6 @@ def test_a_plain_with_on_an_audited_async_pool_says_to_use_async_with() -> None:
     """A blind user wrote ``with kvstress.audit(AsyncBlockPool(...))`` and read Python's bare
     "does not support the context manager protocol"."""
     audited = kvstress.audit(kvstress.AsyncBlockPool(2, (2, 4)))
-    with pytest.raises(TypeError, match="async with kvstress.audit"), audited:
+    with pytest.raises(TypeError, match=r"async with kvstress\.audit"), audited:
         pass
     audited.close()
