@@ -91,10 +91,10 @@ TIMER_LANE = 1 << 20
 LATE_WINDOW = 0.002
 """Virtual seconds a timer may fire late on the controlled loop (``late_timers``: an explored
 test's schedules). When nothing is ready, time jumps to the next timer, or to any later one due
-within this window, and every timer due by then fires at once, in the order the scheduler picks:
-a real loop fires a timer this late behind a step that runs long or a collection pause, so a
-task's short await (a 2 ms prefill) can end after a cancel due just past it. Timers never fire
-early here (that is ``fires_timers``, for a pool's fuzzing): a test's ready tasks all run before
+within this window, and every timer due by then fires at once, the scheduler ordering the tasks
+they wake: a real loop fires a timer this late behind a step that runs long or a collection
+pause, so a task's short await (a 2 ms prefill) can end after a cancel due just past it. Timers
+never fire early here (that is ``fires_timers``, for a pool's fuzzing): a test's ready tasks all run before
 time moves, as the test's own short sleeps expect."""
 
 REAL_CLOCK_HINT = (
@@ -296,9 +296,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     def run_in_executor(
         self, executor: concurrent.futures.Executor | None, func: Callable[[*Ts], T], *args: *Ts
     ) -> asyncio.Future[T]:
-        """The stock call, counted until it is back: while one is out and nothing else is
-        ready, the loop waits for it in real time before virtual time moves (a thread's work
-        takes no virtual time), instead of calling the wait a deadlock."""
+        """The stock call, counted until it is back: while one is out, virtual time runs with
+        real time (``_kv_follow_real``), and with nothing else ready the loop waits for it in
+        real time, up to the next timer, instead of calling the wait a deadlock."""
         self.thread_work_begins()
         future = super().run_in_executor(executor, func, *args)
         self._kv_threads += 1
