@@ -655,12 +655,15 @@ def test_an_explored_test_starts_its_tasks_in_the_order_it_made_them() -> None:
 
 def test_datetime_now_moves_with_virtual_time() -> None:
     """``datetime.now()`` in an explored test reads the virtual wall clock, as ``time.time()``
-    does: a blind user's latency, measured with it around 50 ms of sleeps, read 0.0003 s."""
+    does: a blind user's latency, measured with it around 50 ms of sleeps, read 0.0003 s. And
+    never short: a float epoch with its own fraction of a microsecond once made 50 ms read as
+    0.049999 s (in one process of a CI run)."""
 
     async def main() -> None:
-        began = datetime.datetime.now()
-        await asyncio.sleep(0.05)
-        assert (datetime.datetime.now() - began).total_seconds() >= 0.05
+        for seconds in (0.013, 0.0375, 0.05, 0.001):  # never read short, whatever the process
+            began = datetime.datetime.now()
+            await asyncio.sleep(seconds)
+            assert (datetime.datetime.now() - began).total_seconds() >= seconds
 
     def threads() -> None:
         began = datetime.datetime.now()

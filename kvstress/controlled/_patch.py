@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kvstress.controlled import _coop, _coop_compound, _coop_futures, _coop_io, _coop_queue
+from kvstress.controlled._baton import active_controller
 from kvstress.controlled._loop import ControlledEventLoop
 
 _THREADING = {
@@ -159,27 +160,46 @@ _LOOP_TIME = {
 }
 
 
-def _virtual_datetime(wall: Callable[[], float]) -> type[datetime.datetime]:
-    """``datetime.datetime`` whose ``now``, ``today`` and ``utcnow`` read ``wall`` (the virtual
-    wall clock), so a latency measured with them moves with virtual time; the rest is the real
-    class's (a subclass: what it makes passes ``isinstance`` with either)."""
+def _virtual_datetime(virtual_now: Callable[[], float | None]) -> type[datetime.datetime]:
+    """``datetime.datetime`` whose ``now``, ``today`` and ``utcnow`` read the virtual clock
+    (``virtual_now``: virtual seconds, None off a controlled run: then the real clock), so a
+    latency measured with them moves with virtual time; the rest is the real class's (a
+    subclass: what it makes passes ``isinstance`` with either). The instant is a whole second
+    of the real wall clock plus virtual time rounded to the microsecond a datetime keeps, so a
+    50 ms sleep reads as 50 ms, never 0.049999 (a float epoch with its own fraction of a
+    microsecond made the two reads round apart)."""
+
+    def stamp() -> float:
+        now = virtual_now()
+        return time.time() if now is None else _WALL_SECOND + round(now * 1e6) / 1e6
 
     class VirtualDatetime(datetime.datetime):
         @classmethod
         def now(cls, tz: datetime.tzinfo | None = None) -> VirtualDatetime:
-            return cls.fromtimestamp(wall(), tz)
+            return cls.fromtimestamp(stamp(), tz)
 
         @classmethod
         def today(cls) -> VirtualDatetime:
-            return cls.fromtimestamp(wall())
+            return cls.fromtimestamp(stamp())
 
         @classmethod
         def utcnow(cls) -> VirtualDatetime:
-            return cls.fromtimestamp(wall(), datetime.UTC).replace(tzinfo=None)
+            return cls.fromtimestamp(stamp(), datetime.UTC).replace(tzinfo=None)
 
     VirtualDatetime.__name__ = VirtualDatetime.__qualname__ = "datetime"
     VirtualDatetime.__module__ = "datetime"
     return VirtualDatetime
+
+
+_WALL_SECOND = float(int(time.time() - time.monotonic()))
+"""The whole second of the wall clock's offset from the monotonic one: a virtual datetime's
+instant is this plus virtual time."""
+
+
+def _thread_virtual_now() -> float | None:
+    """The controlled thread run's virtual seconds, or None off one."""
+    controller = active_controller()
+    return None if controller is None else controller.now
 
 
 def _swaps(groups: tuple[tuple[types.ModuleType, dict[str, Any]], ...]) -> dict[int, tuple[object, object]]:
@@ -201,7 +221,7 @@ _THREAD_SWAPS = _swaps(
         (concurrent.futures, _FUTURES),
         (select, _coop_io.SELECT),
         (selectors, _coop_io.SELECTORS),
-        (datetime, {"datetime": _virtual_datetime(_coop.time)}),
+        (datetime, {"datetime": _virtual_datetime(_thread_virtual_now)}),
     )
 )
 # ``import concurrent.futures`` binds the package: its stand-in answers ``.futures`` with the
@@ -210,7 +230,7 @@ _THREAD_SWAPS[id(concurrent)] = (
     concurrent,
     _ModuleProxy(concurrent, {"futures": _THREAD_SWAPS[id(concurrent.futures)][1]}),
 )
-_LOOP_SWAPS = _swaps(((time, _LOOP_TIME), (datetime, {"datetime": _virtual_datetime(_loop_wall_time)})))
+_LOOP_SWAPS = _swaps(((time, _LOOP_TIME), (datetime, {"datetime": _virtual_datetime(_virtual_now)})))
 
 
 def resolve_modules(targets: Iterable[object]) -> tuple[types.ModuleType, ...]:
