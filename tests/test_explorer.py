@@ -664,6 +664,7 @@ def test_datetime_now_moves_with_virtual_time() -> None:
             began = datetime.datetime.now()
             await asyncio.sleep(seconds)
             assert (datetime.datetime.now() - began).total_seconds() >= seconds
+            assert abs(datetime.datetime.now().timestamp() - time.time()) < 1e-3  # one wall clock
 
     def threads() -> None:
         began = datetime.datetime.now()
@@ -671,6 +672,7 @@ def test_datetime_now_moves_with_virtual_time() -> None:
         worker.start()
         worker.join()
         assert (datetime.datetime.now() - began).total_seconds() >= 0.05
+        assert abs(datetime.datetime.now().timestamp() - time.time()) < 1e-3  # one wall clock
 
     explore(main, schedules=5, strategy="random", seed=0)
     explore(threads, schedules=5, strategy="random", seed=0)

@@ -450,14 +450,16 @@ def monotonic_ns() -> int:
     return int(_clock() * 1e9)
 
 
-_EPOCH = _time.time()
+EPOCH = float(int(_time.time()))
+"""The thread baton's wall epoch, in whole seconds: ``time.time()`` and ``datetime.now()`` in a
+controlled thread read this plus virtual time."""
 
 
 def time() -> float:
     """Wall-clock seconds: the epoch at import plus virtual seconds (outside a controlled
     thread: the real wall clock)."""
     controller = active_controller()
-    return _time.time() if controller is None else _EPOCH + controller.now
+    return _time.time() if controller is None else EPOCH + controller.now
 
 
 def time_ns() -> int:

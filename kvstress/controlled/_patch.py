@@ -132,9 +132,10 @@ def _loop_time_ns() -> int:
     return int(_loop_time() * 1e9)
 
 
-_WALL_EPOCH = time.time() - time.monotonic()
-"""The wall clock's offset from the monotonic one, taken once: a controlled loop's wall clock is
-this plus its virtual time (and off a controlled loop, the real one)."""
+_WALL_EPOCH = float(int(time.time() - time.monotonic()))
+"""The wall clock's offset from the monotonic one, taken once, in whole seconds: a controlled
+loop's wall clock (``time.time()``, ``datetime.now()``) is this plus its virtual time (and off a
+controlled loop, the real one)."""
 
 
 def _loop_wall_time() -> float:
@@ -160,18 +161,18 @@ _LOOP_TIME = {
 }
 
 
-def _virtual_datetime(virtual_now: Callable[[], float | None]) -> type[datetime.datetime]:
+def _virtual_datetime(virtual_now: Callable[[], float | None], epoch: float) -> type[datetime.datetime]:
     """``datetime.datetime`` whose ``now``, ``today`` and ``utcnow`` read the virtual clock
     (``virtual_now``: virtual seconds, None off a controlled run: then the real clock), so a
     latency measured with them moves with virtual time; the rest is the real class's (a
-    subclass: what it makes passes ``isinstance`` with either). The instant is a whole second
-    of the real wall clock plus virtual time rounded to the microsecond a datetime keeps, so a
-    50 ms sleep reads as 50 ms, never 0.049999 (a float epoch with its own fraction of a
-    microsecond made the two reads round apart)."""
+    subclass: what it makes passes ``isinstance`` with either). The instant is ``epoch`` (the
+    engine's wall epoch, the one its ``time.time()`` adds: a whole second) plus virtual time
+    rounded to the microsecond a datetime keeps, so a 50 ms sleep reads as 50 ms, never
+    0.049999 (an epoch with its own fraction of a microsecond made two reads round apart)."""
 
     def stamp() -> float:
         now = virtual_now()
-        return time.time() if now is None else _WALL_SECOND + round(now * 1e6) / 1e6
+        return time.time() if now is None else epoch + round(now * 1e6) / 1e6
 
     class VirtualDatetime(datetime.datetime):
         @classmethod
@@ -189,11 +190,6 @@ def _virtual_datetime(virtual_now: Callable[[], float | None]) -> type[datetime.
     VirtualDatetime.__name__ = VirtualDatetime.__qualname__ = "datetime"
     VirtualDatetime.__module__ = "datetime"
     return VirtualDatetime
-
-
-_WALL_SECOND = float(int(time.time() - time.monotonic()))
-"""The whole second of the wall clock's offset from the monotonic one: a virtual datetime's
-instant is this plus virtual time."""
 
 
 def _thread_virtual_now() -> float | None:
@@ -221,7 +217,7 @@ _THREAD_SWAPS = _swaps(
         (concurrent.futures, _FUTURES),
         (select, _coop_io.SELECT),
         (selectors, _coop_io.SELECTORS),
-        (datetime, {"datetime": _virtual_datetime(_thread_virtual_now)}),
+        (datetime, {"datetime": _virtual_datetime(_thread_virtual_now, _coop.EPOCH)}),
     )
 )
 # ``import concurrent.futures`` binds the package: its stand-in answers ``.futures`` with the
@@ -230,7 +226,9 @@ _THREAD_SWAPS[id(concurrent)] = (
     concurrent,
     _ModuleProxy(concurrent, {"futures": _THREAD_SWAPS[id(concurrent.futures)][1]}),
 )
-_LOOP_SWAPS = _swaps(((time, _LOOP_TIME), (datetime, {"datetime": _virtual_datetime(_virtual_now)})))
+_LOOP_SWAPS = _swaps(
+    ((time, _LOOP_TIME), (datetime, {"datetime": _virtual_datetime(_virtual_now, _WALL_EPOCH)}))
+)
 
 
 def resolve_modules(targets: Iterable[object]) -> tuple[types.ModuleType, ...]:
