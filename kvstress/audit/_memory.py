@@ -18,7 +18,8 @@ _ZEROS: dict[int, bytes] = {}  # all-zero bytes of each block size met, to compa
 # several times cheaper than ``ctypes.string_at`` (a foreign-function call) on small blocks.
 # The array owns nothing: it is only read while a View holds the tensor that owns the memory.
 _ARRAYS: dict[tuple[int, int], Any] = {}
-_ARRAYS_MAX = 1 << 16  # a tiered pool moves its memory: forget old addresses past this many
+_ARRAYS_MAX = 1 << 16
+_SPAN_TYPES: dict[type, bool] = {}  # whether a handle class has ``host_span``, per class met  # a tiered pool moves its memory: forget old addresses past this many
 
 
 # A block's memory as the audit reads it: the tensor (kept, so the memory stays allocated), or
@@ -60,14 +61,21 @@ def view_of(inner: Any) -> View | None:
 def _host_span(inner: Any) -> tuple[int, int] | None:
     """(address, bytes) of the block where its handle's class says its memory is host memory at
     a fixed address (a ``host_span`` property, as our pools' ``Block`` has); None otherwise."""
-    if getattr(type(inner), "host_span", None) is None:
+    kind = type(inner)
+    spans = _SPAN_TYPES.get(kind)
+    if spans is None:
+        spans = _SPAN_TYPES[kind] = getattr(kind, "host_span", None) is not None
+    if not spans:
         return None
     try:
         span = inner.host_span
     except Exception:
         return None
-    if type(span) is tuple and len(span) == 2 and all(type(x) is int and x > 0 for x in span):
-        return span
+    # Spelled out, not all(...) over a generator: this runs at every audited acquire.
+    if type(span) is tuple and len(span) == 2:
+        address, size = span
+        if type(address) is int and type(size) is int and address > 0 and size > 0:
+            return span
     return None
 
 
