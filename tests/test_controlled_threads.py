@@ -34,6 +34,7 @@ from kvstress.controlled import (
     spawn,
 )
 from kvstress.controlled._baton import HarnessLock, ThreadController
+from kvstress.controlled._loop import FIRE_HORIZON
 from kvstress.schedulers import (
     DelayBoundedScheduler,
     DFSScheduler,
@@ -219,6 +220,41 @@ def test_a_random_schedule_may_fire_a_sleeper_s_timer_while_others_run() -> None
         assert busy[-1] - busy[0] <= credit <= busy[-1] < 1.0
         moved += busy[-1] > 0
     assert moved > 0  # some schedule woke a sleeper while the worker was still busy
+
+
+def _gaps_beside_tickers() -> float:
+    """The longest gap between two adjacent clock reads of a thread that never blocks, beside two
+    threads that sleep 2 ms at a time (a blind user's test)."""
+    gaps: list[float] = []
+
+    def busy() -> None:
+        for _ in range(60):
+            first = time.monotonic()
+            second = time.monotonic()  # two adjacent lines, nothing to wait for
+            gaps.append(second - first)
+
+    def ticker() -> None:
+        for _ in range(20):
+            time.sleep(0.002)
+
+    threads = [
+        threading.Thread(target=ticker),
+        threading.Thread(target=ticker),
+        threading.Thread(target=busy),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return max(gaps)
+
+
+def test_early_timers_keep_a_runnable_thread_waiting_five_ms_at_most() -> None:
+    """Timers that fire ahead of a runnable thread keep it waiting at most ``FIRE_HORIZON`` in
+    all, from when it became runnable until it blocks: one 2 ms jump after another, each with one
+    line of the busy thread between them, had kept it 9 ms between two adjacent lines."""
+    worst = max(run(_gaps_beside_tickers, RandomScheduler(seed=seed)) for seed in range(30))
+    assert 0 < worst <= FIRE_HORIZON
 
 
 def test_thread_from_patched_threading_is_controlled() -> None:
@@ -1081,8 +1117,10 @@ def test_threads_blocked_for_good_beside_a_sleeping_daemon_are_a_deadlock() -> N
         lock.acquire()
         lock.acquire()  # never released
 
-    with pytest.raises(ThreadDeadlock):
+    with pytest.raises(ThreadDeadlock) as info:
         run(main, max_time=8.0)
+    # the daemon's round is a deadline: the message does not say there is none
+    assert info.value.daemons_timed and "none but a daemon has a deadline" in str(info.value)
     _join_abandoned_threads()
 
 

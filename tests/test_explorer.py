@@ -565,6 +565,30 @@ def test_an_explored_failure_shows_the_acquire_stack_once() -> None:
     assert " at:" not in "\n".join(caught.value.__notes__)
 
 
+def test_a_violation_inside_a_task_group_keeps_its_history_note() -> None:
+    """A violation a task group wraps in an ExceptionGroup is detailed on itself (its history),
+    as one raised bare is: a blind user's anyio test showed only the schedule and replay."""
+
+    async def double_release() -> None:
+        async with kvstress.audit(kvstress.AsyncBlockPool(2, (2, 4))) as pool:
+            block = await pool.acquire()
+
+            async def release() -> None:
+                await pool.release(block)
+
+            async with asyncio.TaskGroup() as group:
+                group.create_task(release())
+            async with asyncio.TaskGroup() as group:
+                group.create_task(release())
+
+    with pytest.raises(ExceptionGroup) as caught:
+        explore(double_release, schedules=3, seed=0)
+    inner = caught.value.exceptions[0]
+    assert isinstance(inner, kvstress.InvariantViolation) and inner.invariant == "double-release"
+    assert "release" in "\n".join(getattr(inner, "__notes__", ()))
+    assert "schedule:" in "\n".join(caught.value.__notes__)
+
+
 def reaper_beside_a_finishing_worker(*, racy: bool, abort_at: float) -> Callable[[], None]:
     """A worker holds a block for three 10 ms steps, then ends its request; a reaper aborts it at
     ``abort_at``. Whoever ends it first releases the block. The racy one checks the request's

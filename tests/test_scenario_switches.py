@@ -140,3 +140,37 @@ def test_a_thread_that_blocks_is_a_switch_point_too() -> None:
     # and where one other thread alone could run, no scheduler was asked: the baton told the
     # recorder (handed_over), the harness blocked in a join say
     assert unasked and all(switch.blocked and switch in blocked for switch in unasked)
+
+
+async def _awaiting_task() -> None:
+    import asyncio
+
+    gate = asyncio.Event()
+
+    async def waiter() -> None:
+        await gate.wait()
+
+    async def opener() -> None:
+        gate.set()
+
+    task = asyncio.get_running_loop().create_task(waiter(), name="waiter")
+    await asyncio.sleep(0)
+    await opener()
+    await task
+
+
+def test_a_task_that_awaits_is_a_switch_point_too() -> None:
+    """On the controlled loop, a task that awaits while one other lane alone can run is a
+    hand-over no scheduler chose: it is told to the recorder (``handed_over``) and listed as
+    ``blocked at`` its line. A blind tester's asyncio reports said "switch points: none" while
+    the table showed a waiter suspended at ``await fut`` inside acquire."""
+    from kvstress.controlled import run_controlled
+
+    files = frozenset({__file__})
+    scheduler = RandomScheduler(seed=0)
+    run_controlled(_awaiting_task, scheduler)
+    recorder = HandOverLog(scheduler.schedule(), files, {}.get)
+    run_controlled(_awaiting_task, recorder)
+    assert recorder.unasked, "no hand-over was told"
+    waiting = [switch for switch in recorder.unasked if switch.worker == "waiter"]
+    assert waiting and all(switch.blocked and switch.source == "await gate.wait()" for switch in waiting)

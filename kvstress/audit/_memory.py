@@ -18,8 +18,8 @@ _ZEROS: dict[int, bytes] = {}  # all-zero bytes of each block size met, to compa
 # several times cheaper than ``ctypes.string_at`` (a foreign-function call) on small blocks.
 # The array owns nothing: it is only read while a View holds the tensor that owns the memory.
 _ARRAYS: dict[tuple[int, int], Any] = {}
-_ARRAYS_MAX = 1 << 16
-_SPAN_TYPES: dict[type, bool] = {}  # whether a handle class has ``host_span``, per class met  # a tiered pool moves its memory: forget old addresses past this many
+_ARRAYS_MAX = 1 << 16  # a tiered pool moves its memory: forget old addresses past this many
+_SPAN_TYPES: dict[type, bool] = {}  # whether a handle class has ``host_span``, per class met
 
 
 # A block's memory as the audit reads it: the tensor (kept, so the memory stays allocated), or

@@ -165,7 +165,7 @@ class ControlledThread:
 
     __slots__ = (
         "_wake", "aborted", "daemon", "deadline", "error", "excused", "finished", "holding", "ident",
-        "name", "result", "started_by_code", "target", "tid", "timed_out", "waiting",
+        "name", "ready_since", "result", "started_by_code", "target", "tid", "timed_out", "waiting",
     )  # fmt: skip
 
     def __init__(self, tid: int, name: str, target: Callable[[], Any], daemon: bool = False) -> None:
@@ -179,6 +179,9 @@ class ControlledThread:
         self.deadline: float | None = None
         self.timed_out = False
         self.excused = 0.0  # virtual seconds it was runnable while time jumped for a sleeper
+        # Where early timers may fire: the virtual time since which it has been runnable, run
+        # or not (None while blocked; see ``_sleepers``).
+        self.ready_since: float | None = None
         self.finished = False
         self.aborted = False
         self.holding = 0  # harness locks held (``HarnessLock``): no switch meanwhile
@@ -506,8 +509,13 @@ class ThreadController:
             if not runnable:
                 if all(t.finished for t in self.threads):
                     return None
-                self._fail_here(ThreadDeadlock(self.now, self._wait_for()))
-        sleepers = self._sleepers() if self._fires_timers and self._instant_steps < EARLY_FIRE_STEPS else []
+                daemons_timed = any(t.deadline is not None for t in self.threads if not t.finished)
+                self._fail_here(ThreadDeadlock(self.now, self._wait_for(), daemons_timed))
+        sleepers = (
+            self._sleepers(self._runnable_since(runnable))
+            if self._fires_timers and self._instant_steps < EARLY_FIRE_STEPS
+            else []
+        )
         choices = sorted(runnable + sleepers) if sleepers else runnable
         hot, self.hot = self.hot, False
         warm, self._published = self._published, False
@@ -556,13 +564,36 @@ class ThreadController:
             self._fire(self.threads[tid])
         return self.threads[tid]
 
-    def _sleepers(self) -> list[int]:
+    def _runnable_since(self, runnable: list[int]) -> float:
+        """The earliest virtual time since which a thread of ``runnable`` has been runnable (at
+        every decision since, chosen or not: it has not blocked); a thread not runnable now
+        forgets its time. Only kept where timers fire early (``_sleepers``)."""
+        now = oldest = self.now
+        for thread in self.threads:
+            if thread.tid in runnable:
+                since = thread.ready_since
+                if since is None:
+                    thread.ready_since = now
+                elif since < oldest:
+                    oldest = since
+            else:
+                thread.ready_since = None
+        return oldest
+
+    def _sleepers(self, waiting_since: float) -> list[int]:
         """The threads whose timer is due next and may fire ahead of the runnable ones (timers
         fire in deadline order, and not past the run's time limit): a plain sleep of a thread
         not a daemon, and any timed wait (a sleep, a lock, an event, a condition, a queue) of a
         thread the code under test started, daemons included (a ``threading.Timer``, a
         reaper's tick). A harness thread's timed wait on a primitive never comes early: it
-        bounds how long the harness waits for an answer."""
+        bounds how long the harness waits for an answer. No timer fires early more than
+        ``FIRE_HORIZON`` past ``waiting_since``, since when the longest-runnable thread has been
+        runnable without blocking: an OS keeps a ready thread off the CPU for a time slice or
+        two, and gives it a slice of its own, in which a few lines take microseconds. Jumps one
+        after another, each with one step of that thread between them, added up to more (a
+        blind user's watchdog, a few lines from the end of its abort, was kept 8 ms while 2 ms
+        sleeps kept ending, under a 5 ms horizon); past it, the thread runs until it blocks
+        before time moves again."""
         every = self._fires_timers >= ALL_TIMERS  # else daemons' timers keep out (``SLEEPERS``)
         timed = [
             t
@@ -573,7 +604,7 @@ class ThreadController:
             return []
         when = min(t.deadline for t in timed if t.deadline is not None)
         past_limit = self.max_time is not None and when > self._origin + self.max_time
-        if when - self.now > FIRE_HORIZON or past_limit:
+        if when - waiting_since > FIRE_HORIZON or past_limit:
             return []
         return [
             t.tid

@@ -54,19 +54,26 @@ class ThreadDeadlock(Deadlock):
     of threads waiting on each other, or () when the wait is for something nobody will do.
     """
 
-    def __init__(self, now: float, wait_for: dict[str, tuple[str, str | None]]) -> None:
+    def __init__(
+        self, now: float, wait_for: dict[str, tuple[str, str | None]], daemons_timed: bool = False
+    ) -> None:
         self.now = now
+        self.daemons_timed = daemons_timed
         self.wait_for = dict(wait_for)
         self.cycle = _cycle({name: holder for name, (_, holder) in wait_for.items()})
         lines = [f"  {name} waits for {what}" for name, (what, _) in sorted(self.wait_for.items())]
         cycle = f"; cycle: {' -> '.join(self.cycle)}" if self.cycle else ""
+        # ``daemons_timed``: a daemon's periodic wait (a ticker, a housekeeper) keeps a deadline
+        # beside the others, blocked for good: the run is over, as a process whose only threads
+        # left are daemons is.
+        none = "none but a daemon has a deadline" if daemons_timed else "none has a deadline"
         super().__init__(
-            f"deadlock at virtual time {now:g} s: every live thread is blocked and none has a "
-            f"deadline{cycle}. Wait-for graph:\n" + "\n".join(lines)
+            f"deadlock at virtual time {now:g} s: every live thread is blocked and {none}"
+            f"{cycle}. Wait-for graph:\n" + "\n".join(lines)
         )
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.now, self.wait_for))
+        return (type(self), (self.now, self.wait_for, self.daemons_timed))
 
 
 class StuckThread(ControlledLoopError):

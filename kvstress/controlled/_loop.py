@@ -46,6 +46,7 @@ from kvstress.controlled._errors import (
     StepLimitExceeded,
     TimeLimitExceeded,
 )
+from kvstress.controlled._foreign import ThreadWatch
 from kvstress.controlled._thread_work import following_thread_work
 from kvstress.schedulers import ALL_TIMERS, Scheduler
 
@@ -111,6 +112,9 @@ SUBMITTED_WAIT_S = 1.0
 """Real seconds an idle loop waits for work the code submitted to a ``ThreadPoolExecutor`` of its
 own (a reset that offers its block back with ``call_soon_threadsafe``) before it lets virtual
 time move without it: such work may also be a worker that runs for the pool's whole life."""
+FOREIGN_POLL_S = 2e-4
+"""Real seconds between two looks at the threads the code started (``ThreadWatch``) while an idle
+loop waits for one at work; virtual time follows real time meanwhile."""
 
 PUMP_BATCH = 256
 """Callbacks the pump runs before it hands back to the stock loop for one I/O poll."""
@@ -185,6 +189,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_submitted_stale: set[concurrent.futures.Future[Any]] = set()
         self._kv_submit_lock = threading.Lock()
         self._kv_real: float | None = None  # while work is out in threads: real time last read
+        self._kv_watch = ThreadWatch()  # threads started from this loop's thread, watched at idle
+        self._kv_foreign = False  # an idle loop is waiting for one of them now
         self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
         self._kv_origin: dict[asyncio.Handle, int] = {}  # a plain callback a task queued -> its lane
@@ -214,12 +220,14 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         # re-delivering a cancellation until the task takes it): it yields at the next choice.
         self._kv_spun: int | None = None
         self._tells_woken = hasattr(scheduler, "woken")  # the scheduler takes the hint (delay)
+        self._notes_handovers = hasattr(scheduler, "handed_over")  # a report's switch recorder
         # Whether a timer due within FIRE_HORIZON is a choice beside the ready lanes.
         self._early_timers = int(getattr(scheduler, "fires_timers", 0)) >= ALL_TIMERS
         # An explored test's schedule (``late_timers``): timers may fire late, and new tasks
         # start in the order they were made (``_in_creation_order``).
         self._late_timers = bool(getattr(scheduler, "late_timers", False))
         self._kv_started: set[int] = set()  # the lanes that have run a step
+        self._kv_ready_since: dict[int, float] = {}  # ready lane -> since when (early timers)
         self.kv_excused = 0.0
         """Virtual seconds time jumped for a timer fired early, while callbacks were ready: an
         operation in flight meanwhile is not blamed for them (``excused_seconds``)."""
@@ -332,6 +340,11 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self._kv_submitted.add(future)
         future.add_done_callback(self._kv_submitted_back)
 
+    def thread_started(self, thread: threading.Thread) -> None:
+        """A thread was started from this loop's thread (the code's own reset worker, say): an
+        idle loop does not move virtual time while it is at work (``_wait_for_foreign``)."""
+        self._kv_watch.started(thread)
+
     def _kv_submitted_back(self, future: concurrent.futures.Future[Any]) -> None:
         with self._kv_submit_lock:  # in the worker's thread, or this one if it was done
             self._kv_submitted.discard(future)
@@ -367,7 +380,14 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         super().stop()
 
     def close(self) -> None:
-        """Close the loop and drop what was still queued."""
+        """Close the loop and drop what was still queued. A thread the code started that is at
+        work is first given up to ``SUBMITTED_WAIT_S`` to hand its work back, so that it does
+        not find the loop closed (a reset worker's ``call_soon_threadsafe`` raises then, and
+        the thread dies with a traceback after every run)."""
+        if not self.is_closed() and self._kv_watch:
+            began = time.perf_counter()
+            while self._kv_watch.at_work() and time.perf_counter() - began < SUBMITTED_WAIT_S:
+                time.sleep(FOREIGN_POLL_S)
         super().close()
         self._kv_ready.clear()
         self._kv_inbox.clear()
@@ -457,14 +477,20 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self._tells_woken:
             self._tell_woken(heads)
         self.kv_contended = len(heads) > 1
-        when = self._early_timer() if self._early_timers else None
+        when = self._early_timer(self._ready_since(heads)) if self._early_timers else None
         if when is not None:
             lane = self._ask_fairly([*sorted(heads), TIMER_LANE])
             if lane == TIMER_LANE:
                 self._fire_early(when)
                 return None  # look again: the timer's callbacks are ready too
+        elif len(heads) == 1:
+            lane = next(iter(heads))
+            if self._notes_handovers and self._current is not None and lane != self._current:
+                # The task that ran last awaited (it is not ready), and this lane was the only
+                # one that could run: no choice, but a hand-over a report shows ("blocked at").
+                self.scheduler.handed_over(self._current, lane)  # type: ignore[attr-defined]
         else:
-            lane = next(iter(heads)) if len(heads) == 1 else self._ask_fairly(sorted(heads))
+            lane = self._ask_fairly(sorted(heads))
         self._current = lane
         self._kv_started.add(lane)
         index = heads[lane]
@@ -494,13 +520,30 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             heapq.heappop(timers)
         return timers[0][0] if timers else None
 
-    def _early_timer(self) -> float | None:
+    def _ready_since(self, heads: dict[int, int]) -> float:
+        """The earliest virtual time since which a lane of ``heads`` has had a callback ready at
+        every step (run or not); lanes not ready now forget theirs."""
+        since, now = self._kv_ready_since, self._kv_now
+        oldest = now
+        for lane in list(since):
+            if lane not in heads:
+                del since[lane]
+        for lane in heads:
+            first = since.setdefault(lane, now)
+            if first < oldest:
+                oldest = first
+        return oldest
+
+    def _early_timer(self, ready_since: float) -> float | None:
         """When the next live timer is due, where it may fire ahead of the ready callbacks: within
-        ``FIRE_HORIZON``, within ``max_time``, and before ``EARLY_FIRE_STEPS`` at this instant."""
+        ``FIRE_HORIZON`` of ``ready_since`` (since when the longest-ready lane has been ready: one
+        jump after another, each with a step of that lane between, must not keep it from its
+        slice for longer, as on the baton), within ``max_time``, and before
+        ``EARLY_FIRE_STEPS`` at this instant."""
         when = self._next_timer()
         if when is None or self.max_steps - self._kv_budget >= EARLY_FIRE_STEPS:
             return None
-        if when - self._kv_now > FIRE_HORIZON or (
+        if when - ready_since > FIRE_HORIZON or (
             self.max_time is not None and when > self._kv_start + self.max_time
         ):
             return None
@@ -610,6 +653,10 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if not waited:
                 with self._kv_submit_lock:  # still running: long-lived, time moves on without them
                     self._kv_submitted_stale = set(self._kv_submitted)
+        if self._kv_watch:
+            waited = self._wait_for_foreign()
+            if waited is None:
+                return True  # something came back: run it
         when = self._next_timer()
         if when is None:
             if not self._kv_polled:
@@ -646,6 +693,39 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             return None
         return when is not None and self._kv_now >= when
 
+    def _wait_for_foreign(self) -> bool | None:
+        """While a thread the code started is at work (``ThreadWatch``), wait for it in real time,
+        virtual time following, as ``_wait_for_threads`` waits for an executor's: a reset worker
+        fed by a queue hands its block back with ``call_soon_threadsafe``, and a quiet check that
+        moved time on without it reported a correct pool as losing the block. None: something
+        came back; True: the next timer came due first; False: none is at work (or one has been
+        for ``SUBMITTED_WAIT_S``: a thread that works for the pool's whole life is let be)."""
+        watch = self._kv_watch
+        if not watch.at_work():
+            # It may have handed its work back as it finished: run that before time moves.
+            return None if self._kv_inbox else False
+        self.thread_work_begins()
+        self._kv_foreign = True
+        began = time.perf_counter()
+        try:
+            while True:
+                when = self._next_timer()
+                wait = FOREIGN_POLL_S if when is None else min(FOREIGN_POLL_S, max(0.0, when - self._kv_now))
+                back = self._kv_woken.wait(wait)
+                self._kv_follow_real()
+                if back or self._kv_inbox:
+                    return None
+                if when is not None and self._kv_now >= when:
+                    return True
+                if not watch.at_work():
+                    return None if self._kv_inbox else False
+                if time.perf_counter() - began > SUBMITTED_WAIT_S:
+                    watch.let_be()
+                    return None if self._kv_inbox else False
+        finally:
+            self._kv_foreign = False
+            self._kv_follow_real()  # the real time up to now counts; then exact virtual time again
+
     def thread_work_begins(self) -> None:
         """Work is about to go out to a thread: from now until all of it is back, virtual time
         runs with real time (``_kv_follow_real``), from before the thread starts, so a thread's
@@ -669,7 +749,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self._kv_now += now - last
             self.kv_excused += now - last
             self._kv_budget = self.max_steps  # the step bound is per instant: time moved
-        out = self._kv_threads or self._kv_submissions_pending()
+        out = self._kv_threads or self._kv_foreign or self._kv_submissions_pending()
         self._kv_real = now if out else None
 
     def _late_jump(self, when: float) -> float:

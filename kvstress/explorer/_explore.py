@@ -112,11 +112,23 @@ def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay
         raise RuntimeError("raise_failure called for an outcome that did not fail")
     if isinstance(failure, MisusedExplore):
         raise failure  # how explore was called, not a schedule of the code
-    if isinstance(failure, InvariantViolation) and failure.history:
-        # No report file for an explored test: its history and blocks go into the failure itself
-        # (after the message, which the exception shows already: an acquire stack, say).
-        details, message = failure.details(), str(failure)
-        rest = details.removeprefix(message) if details.startswith(message) else details
-        failure.add_note(rest.lstrip("\n"))
+    # A violation inside an exception group (a task group's: anyio's, asyncio.TaskGroup) is
+    # detailed on itself, where the group's traceback shows it.
+    for violation in _violations_in(failure):
+        if violation.history:
+            # No report file for an explored test: its history and blocks go into the failure
+            # itself (after the message, which the exception shows already: an acquire stack).
+            details, message = violation.details(), str(violation)
+            rest = details.removeprefix(message) if details.startswith(message) else details
+            violation.add_note(rest.lstrip("\n"))
     failure.add_note(failure_note(outcome, strategy, seed, limit, replay_hint))
     raise failure
+
+
+def _violations_in(error: BaseException) -> list[InvariantViolation]:
+    """``error`` if it is a violation, and each one an exception group holds, nested or not."""
+    if isinstance(error, InvariantViolation):
+        return [error]
+    if isinstance(error, BaseExceptionGroup):
+        return [found for inner in error.exceptions for found in _violations_in(inner)]
+    return []

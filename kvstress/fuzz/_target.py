@@ -132,6 +132,15 @@ def _check_backend(
         for block in [*taken, late]:
             if block is not None:
                 await _maybe(pool.release(block))
+        # A reset worker's hand-back must not find the loop closed: let the pool come to rest
+        # (briefly: a pool that never does is the search's to find), then close it if it can.
+        for _ in range(100):
+            if pool.free_count() >= blocks:
+                break
+            await anyio.sleep(0.001)
+        close = getattr(pool, "close", None)
+        if callable(close):
+            await _maybe(close())
 
     def fails(on: str) -> BaseException | None:
         try:

@@ -238,7 +238,8 @@ class PoolDriver(Scenarios):
         self.check_quiet()
 
     def drain(self) -> None:
-        """With nothing held: every block can be handed out, once each, and no more; then returned."""
+        """With nothing held: every block can be handed out, once each, and no more; then returned,
+        and the pool's optional ``close()`` called."""
         for holder in {h for t in self.ledger.open.values() for h in t.holders}:
             for block_id in self.ledger.held_by(holder):
                 while holder in self.ledger.holders_of(block_id):
@@ -249,6 +250,7 @@ class PoolDriver(Scenarios):
             if got is not None:
                 self.release("drain", got)
         self.check_quiet()
+        self._dispatch("harness", self.op_close, self._bound(0))
 
     def close(self) -> None:
         """Let the runner threads go (stuck ones are abandoned: they are daemons)."""

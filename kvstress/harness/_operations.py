@@ -308,8 +308,11 @@ class Operations:
         # On real time a pool that has not shown it defers gets a moment only (unshown_settle).
         shown = self.deferring or self.virtual_time
         deadline = self._now() + (self._settle_bound() if shown else self.timing.unshown_settle)
+        # Time no code of the pool could run for (an OS stall; on a virtual clock, real time it
+        # followed while a thread of the pool's own waited for a core) does not count against it.
+        excused0 = self._excused_now()
         pause = 1e-4
-        while self._now() < deadline:
+        while self._now() - self._excused_since(excused0) < deadline:
             await self._sleep(pause)
             pause = min(2 * pause, 0.01)
             free_count, free_ids = await self._read_free(index)
@@ -331,6 +334,24 @@ class Operations:
 
     def _settle_bound(self) -> float:
         return self.backoff_bound + self.timing.slack_now() + self.timing.settle
+
+    async def op_close(self) -> None:
+        """The pool's optional ``close()`` (a plain call, or a coroutine), once the run is done
+        with the pool: a pool that starts a thread of its own stops it there. A fuzzing run
+        makes thousands of pools, and threads left parked by each ran the process out of them
+        ("can't start new thread", reported against the factory). What ``close`` raises is a
+        ``crash``."""
+        close = getattr(self.pool, "close", None)
+        if not callable(close):
+            return
+        try:
+            done = close()
+            if inspect.isawaitable(done):
+                await done
+        except Exception as error:
+            raise InvariantViolation(
+                "crash", f"the pool's close() raised {type(error).__name__}: {error}"
+            ) from error
 
     async def op_settle(self) -> None:
         """Let a pool that finishes releases after they return (``deferring``) come to rest,

@@ -156,7 +156,7 @@ class ScenarioOps(Scenarios):
     async def finish(self) -> None:
         """With every worker done: release what they still hold, check the pool at rest, then
         take every block once (a try-once each: nothing is in flight, so a None is a lost block,
-        whatever the pool's queue shows) and give them back."""
+        whatever the pool's queue shows) and give them back; then the pool's optional ``close()``."""
         self.sequential = True
         for holder, block_id in [(h, b) for b, t in self.ledger.open.items() for h in t.holders]:
             if holder in self.ledger.holders_of(block_id):
@@ -167,6 +167,10 @@ class ScenarioOps(Scenarios):
             for got in taken:
                 if got is not None:
                     await self.op_release("harness", got)
+            # A pool that offers released blocks later (a reset worker) comes to rest before
+            # the run ends: its worker does not hand a block back to a loop closed meanwhile.
+            await self.op_settle()
+            await self.op_close()
         except InvariantViolation:
             self._note_failure("harness")
             raise
@@ -333,8 +337,15 @@ def build_pool(config: ScenarioConfig) -> Any:
     try:
         return config.factory(config.num_blocks, config.block_shape, dtype=torch.float32, device=None)
     except Exception as error:
+        hint = ""
+        if isinstance(error, RuntimeError) and "can't start new thread" in str(error):
+            hint = (
+                f" ({threading.active_count()} threads alive: each pool the runs made left a thread "
+                "of its own running; stop it in the pool's close(), which the harness calls once "
+                "it is done with a pool)"
+            )
         raise InvariantViolation(
-            "crash", f"the pool factory raised {type(error).__name__}: {error}"
+            "crash", f"the pool factory raised {type(error).__name__}: {error}{hint}"
         ) from error
 
 

@@ -143,8 +143,9 @@ class SwitchRecorder:
         return chosen
 
     def handed_over(self, paused: int, to: int) -> None:
-        """The thread baton's hand-over with no choice made: ``paused`` blocked, and ``to`` was
-        the only thread that could run. Noted as a blocked switch, as ``next_task`` notes one."""
+        """A hand-over with no choice made: ``paused`` blocked (a thread on the baton) or awaited
+        (a task on the controlled loop), and ``to`` was the only one that could run. Noted as a
+        blocked switch, as ``next_task`` notes one."""
         lookup = _lookup()
         if lookup is not None:
             switch = self._switch(lookup, paused, to, blocked=True)

@@ -10,6 +10,10 @@ on asyncio alone).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
+import threading
+import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -122,6 +126,76 @@ class ExecutorSkipsResetPool(ExecutorResetHandoffPool):
 
     def _in_worker(self, loop: asyncio.AbstractEventLoop, block: Block) -> None:
         loop.call_soon_threadsafe(self._back, block)
+
+
+class ThreadResetHandoffPool(HandoffPool):
+    """Correct: a released block is zeroed by a reset thread of the pool's own, fed by a
+    ``queue.Queue``, which offers it back on the loop with ``call_soon_threadsafe`` (or, with
+    ``via_coroutine``, ``run_coroutine_threadsafe``). The loop cannot see the thread's work in
+    hand: it moved virtual time past a quiet check while the thread zeroed, and the block was
+    reported lost. The thread holds the pool weakly and ends with it."""
+
+    via_coroutine = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._jobs: queue.Queue[tuple[asyncio.AbstractEventLoop, Block] | None] = queue.Queue()
+        worker = threading.Thread(target=_reset_worker, args=(weakref.ref(self), self._jobs), daemon=True)
+        worker.start()
+        weakref.finalize(self, self._jobs.put, None)
+
+    async def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._jobs.put((asyncio.get_running_loop(), block))
+        return True
+
+    def _zeroed(self, loop: asyncio.AbstractEventLoop, block: Block) -> None:
+        """In the reset thread: zero the block and hand it back to the loop."""
+        self._reset(block)
+        if self.via_coroutine:
+            back = self._back_soon(block)
+            try:
+                asyncio.run_coroutine_threadsafe(back, loop)
+            except RuntimeError:
+                back.close()  # the loop closed: never to be awaited
+                raise
+        else:
+            loop.call_soon_threadsafe(self._back, block)
+
+    async def _back_soon(self, block: Block) -> None:
+        self._back(block)
+
+    def _back(self, block: Block) -> None:
+        block.state = BlockState.FREE
+        self._offer(block)
+
+
+class ThreadCoroutineResetHandoffPool(ThreadResetHandoffPool):
+    """Correct, as ``ThreadResetHandoffPool``, handing back with ``run_coroutine_threadsafe``."""
+
+    via_coroutine = True
+
+
+class ThreadSkipsResetPool(ThreadResetHandoffPool):
+    """The reset thread offers the block back without zeroing it (BUG): stale K/V."""
+
+    def _zeroed(self, loop: asyncio.AbstractEventLoop, block: Block) -> None:
+        loop.call_soon_threadsafe(self._back, block)
+
+
+def _reset_worker(
+    pool_ref: weakref.ref[ThreadResetHandoffPool],
+    jobs: queue.Queue[tuple[asyncio.AbstractEventLoop, Block] | None],
+) -> None:
+    while (job := jobs.get()) is not None:
+        pool = pool_ref()
+        if pool is None:
+            return
+        loop, block = job
+        with contextlib.suppress(RuntimeError):  # the run's loop closed as it zeroed the block
+            pool._zeroed(loop, block)
+        del pool
 
 
 def demo() -> None:  # pragma: no cover - what the module imports anyio for

@@ -1,0 +1,122 @@
+"""Threads the code under test starts for itself, and whether one of them is working now.
+
+A pool may zero its released blocks on a thread of its own (a reset worker fed by a
+``queue.Queue``) that offers each back on the loop with ``call_soon_threadsafe`` or
+``run_coroutine_threadsafe``. The controlled loop runs on virtual time and cannot see into that
+thread: with nothing ready it moved time on at once, a quiet check waited out its settle bound
+in no real time at all, and a correct pool was reported as losing the block (a blind sweep's
+design). So while a controlled run goes on, a thread started from the loop's thread is watched
+(``ThreadWatch.started``), and an idle loop does not move virtual time while one is at work:
+it waits in real time, as a real loop's clock would run on meanwhile.
+
+"At work" is read from the kernel (Linux's ``/proc``; elsewhere no thread is ever seen at work,
+and time moves on as before): a thread is at work when it is running or runnable (state ``R``,
+or ``D``, in the kernel), or when it ran since it was last looked at and, given a moment in which
+the loop's thread does not hold the interpreter lock, runs again or stays runnable. A thread
+that waits on a lock, a condition, a queue, a selector or a sleep is parked: the kernel has put
+it to sleep and it takes no CPU time. A thread woken by the loop's last hand-off is runnable, or
+has run, so it is never taken for parked before it has done its work; one waiting for the
+interpreter lock takes it in that moment.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+PARKED_STATES = frozenset(b"STtZXPI")
+"""Kernel thread states of a thread that is not running and not about to (sleeping, stopped,
+dead, parked, idle). ``R`` (running or runnable) and ``D`` (in an uninterruptible wait: disk
+I/O, a device) count as at work."""
+
+GIL_MOMENT_S = 50e-6
+"""How long the loop's thread lets go of the interpreter lock to see whether a thread that ran
+since it was last looked at is still at work: one waiting for the lock is woken as it is let go,
+and is then runnable, or runs."""
+
+_TASKS = "/proc/self/task"
+
+
+def watching_possible() -> bool:
+    """Whether this platform shows threads' states and CPU times (``/proc/self/task``)."""
+    return os.path.isdir(_TASKS)
+
+
+def _sample(native_id: int) -> tuple[int, int] | None:
+    """(state byte, CPU nanoseconds so far) of a thread of this process; None once it is gone."""
+    base = f"{_TASKS}/{native_id}/"
+    try:
+        with open(base + "stat", "rb") as stat:
+            line = stat.read()
+        with open(base + "schedstat", "rb") as sched:
+            ran = int(sched.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    # "pid (comm) S ...": the name may hold spaces and parentheses, the state follows the last ")".
+    end = line.rfind(b")")
+    if end < 0 or end + 2 >= len(line):
+        return None
+    return line[end + 2], ran
+
+
+class ThreadWatch:
+    """The threads started from one loop's thread while it ran, and what each last showed.
+
+    Invariant: ``_ran`` holds, per watched thread, the CPU time it had when last looked at; a
+    thread is dropped once it has ended.
+    """
+
+    def __init__(self) -> None:
+        self._threads: list[threading.Thread] = []
+        self._ran: dict[threading.Thread, int] = {}
+        self._enabled = watching_possible()
+
+    def started(self, thread: threading.Thread) -> None:
+        """Watch ``thread``, just started from the loop's thread."""
+        if self._enabled:
+            self._threads.append(thread)
+
+    def let_be(self) -> None:
+        """Stop watching the threads at work now: each has worked for ``SUBMITTED_WAIT_S`` on
+        end (a thread that spins or polls for the pool's whole life), and an idle loop would
+        otherwise wait that long at every turn."""
+        self._threads = [thread for thread in self._threads if not self._at_work_now(thread)]
+
+    def _at_work_now(self, thread: threading.Thread) -> bool:
+        seen = _sample(thread.native_id) if thread.native_id is not None else None
+        return seen is not None and (seen[0] not in PARKED_STATES or self._ran.get(thread) != seen[1])
+
+    def __bool__(self) -> bool:
+        return bool(self._threads)
+
+    def at_work(self) -> bool:
+        """Whether a watched thread is working now (see the module's docstring). Costs two small
+        reads of ``/proc`` per watched thread, and a 50 us moment only when one ran since it was
+        last looked at."""
+        suspects = []
+        for thread in list(self._threads):
+            seen = _sample(thread.native_id) if thread.native_id is not None else None
+            if seen is None or not thread.is_alive():
+                self._threads.remove(thread)
+                self._ran.pop(thread, None)
+                continue
+            state, ran = seen
+            if state not in PARKED_STATES:
+                self._ran[thread] = ran
+                return True
+            if self._ran.get(thread) != ran:
+                self._ran[thread] = ran
+                suspects.append(thread)
+        if not suspects:
+            return False
+        time.sleep(GIL_MOMENT_S)  # the interpreter lock is free meanwhile
+        for thread in suspects:
+            seen = _sample(thread.native_id) if thread.native_id is not None else None
+            if seen is None:
+                continue
+            state, ran = seen
+            if state not in PARKED_STATES or self._ran.get(thread) != ran:
+                self._ran[thread] = ran
+                return True
+        return False
