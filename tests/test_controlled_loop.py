@@ -411,6 +411,34 @@ def test_polling_with_sleeps_is_not_a_spin_but_time_is_bounded() -> None:
         run_controlled(lambda: poll(float("inf")), RandomScheduler(seed=1), max_time=2.0)
 
 
+def test_a_time_limit_names_where_each_task_waits() -> None:
+    """A request waiting on a future nobody resolves, beside a ticker that keeps time moving:
+    the time limit says which await it is (a blind user's hang took 80 s to report and named
+    no task)."""
+    from kvstress.controlled import TimeLimitExceeded, run_controlled
+    from kvstress.schedulers import RandomScheduler
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        never: asyncio.Future[None] = loop.create_future()
+
+        async def ticker() -> None:
+            while True:
+                await asyncio.sleep(0.01)
+
+        async def request() -> None:
+            await never  # nobody resolves it
+
+        tick = asyncio.create_task(ticker(), name="ticker")
+        await asyncio.create_task(request(), name="request")
+        tick.cancel()
+
+    with pytest.raises(TimeLimitExceeded) as caught:
+        run_controlled(serve, RandomScheduler(seed=1), max_time=1.0)
+    assert "'request' at test_controlled_loop.py:" in str(caught.value)
+    assert "`await never  # nobody resolves it`" in str(caught.value)
+
+
 def test_work_in_a_thread_is_waited_for_not_called_a_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
     """``to_thread`` (and the executor's shutdown when the run closes) come back from real
     threads: the loop waits for them instead of calling the wait a deadlock, and virtual time

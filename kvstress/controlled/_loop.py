@@ -33,7 +33,9 @@ import contextlib
 import contextvars
 import heapq
 import itertools
+import linecache
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
@@ -666,7 +668,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self.max_time is not None and when > self._kv_start + self.max_time:
             raise TimeLimitExceeded(
                 f"virtual time would pass {self.max_time:g} s (next timer at {when:g} s): something "
-                f"keeps waiting or polling long past every timeout it was given {REAL_CLOCK_HINT}"
+                f"keeps waiting or polling long past every timeout it was given {REAL_CLOCK_HINT}. "
+                f"{self._waiting_tasks()}"
             )
         if self._late_timers:
             when = self._late_jump(when)
@@ -785,6 +788,13 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if not timer.cancelled():
                 self._kv_ready.append(entry)
 
+    def _waiting_tasks(self) -> str:
+        """Where each task waits (the innermost line of its coroutine chain), the first eight: a
+        task that waits on a future nobody resolves beside a ticker shows which await it is."""
+        where = sorted(f"{task.get_name()!r} at {_suspended_at(task)}" for task in asyncio.all_tasks(self))
+        more = f"; and {len(where) - 8} more" if len(where) > 8 else ""
+        return f"Tasks waiting: {'; '.join(where[:8]) or 'none'}{more}"
+
     def _deadlock_message(self) -> str:
         waiting = sorted(
             f"{self._lanes.get(task, '?')} {task.get_name()!r}" for task in asyncio.all_tasks(self)
@@ -795,6 +805,19 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             f"so nothing can wake the {len(waiting)} waiting tasks ({shown or 'none'}); a lost "
             "wake-up, or a wait on real I/O or a thread, which the controlled loop does not wait for"
         )
+
+
+def _suspended_at(task: asyncio.Task[Any]) -> str:
+    """``file.py:57: `await req.fut``` for the innermost coroutine a suspended task awaits in."""
+    frame = None
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None) or frame
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    if frame is None:
+        return "(no frame)"
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}" + (f": `{line}`" if line else "")
 
 
 def _entry(
