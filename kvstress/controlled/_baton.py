@@ -491,31 +491,39 @@ class ThreadController:
         # thread each nested function call is a trace event too.
         runnable = []
         live = False
+        now = self.now
+        oldest = now  # since when the longest-runnable thread has been runnable (``_sleepers``)
         for thread in self.threads:
             if not thread.finished:
                 live = live or not thread.daemon
                 waiting = thread.waiting
-                if waiting is None:
+                if waiting is None or (type(waiting) is IoReady and waiting.ready()):
+                    if waiting is not None:  # its descriptor is ready
+                        thread.waiting, thread.deadline = None, None
                     runnable.append(thread.tid)
-                elif type(waiting) is IoReady and waiting.ready():  # its descriptor is ready
-                    thread.waiting, thread.deadline = None, None
-                    runnable.append(thread.tid)
+                    since = thread.ready_since
+                    if since is None:
+                        thread.ready_since = now
+                    elif since < oldest:
+                        oldest = since
+                else:
+                    thread.ready_since = None
         if not live:
             if not self.aborting:
                 self.aborting, self._instant_steps = True, 0  # no failure: the run is over
             return None
         if not runnable:
             runnable = self._advance_time()
+            oldest = self.now  # the threads it woke are runnable from now
+            for tid in runnable:
+                self.threads[tid].ready_since = oldest
             if not runnable:
                 if all(t.finished for t in self.threads):
                     return None
                 daemons_timed = any(t.deadline is not None for t in self.threads if not t.finished)
                 self._fail_here(ThreadDeadlock(self.now, self._wait_for(), daemons_timed))
-        sleepers = (
-            self._sleepers(self._runnable_since(runnable))
-            if self._fires_timers and self._instant_steps < EARLY_FIRE_STEPS
-            else []
-        )
+        early = self._fires_timers and self._instant_steps < EARLY_FIRE_STEPS
+        sleepers = self._sleepers(oldest) if early else []
         choices = sorted(runnable + sleepers) if sleepers else runnable
         hot, self.hot = self.hot, False
         warm, self._published = self._published, False
@@ -563,22 +571,6 @@ class ThreadController:
         if tid in sleepers:
             self._fire(self.threads[tid])
         return self.threads[tid]
-
-    def _runnable_since(self, runnable: list[int]) -> float:
-        """The earliest virtual time since which a thread of ``runnable`` has been runnable (at
-        every decision since, chosen or not: it has not blocked); a thread not runnable now
-        forgets its time. Only kept where timers fire early (``_sleepers``)."""
-        now = oldest = self.now
-        for thread in self.threads:
-            if thread.tid in runnable:
-                since = thread.ready_since
-                if since is None:
-                    thread.ready_since = now
-                elif since < oldest:
-                    oldest = since
-            else:
-                thread.ready_since = None
-        return oldest
 
     def _sleepers(self, waiting_since: float) -> list[int]:
         """The threads whose timer is due next and may fire ahead of the runnable ones (timers
