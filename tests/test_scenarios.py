@@ -247,6 +247,49 @@ def test_a_reset_on_the_pools_own_executor_is_waited_for(scheduler: Scheduler) -
     assert result.failure is not None and result.failure.violation.invariant == "dirty-read"
 
 
+CLOSED: list[str] = []
+
+
+class _ClosingThreaded(SimpleThreadedPool):
+    def close(self) -> None:
+        CLOSED.append("threads")
+
+
+class _ClosingAsync(SimpleAsyncPool):
+    async def close(self) -> None:
+        CLOSED.append("async")
+
+
+class _CloseTakesATimeout(SimpleThreadedPool):
+    def close(self, timeout: float) -> None:  # not the protocol's close(): never called
+        CLOSED.append("timeout")
+
+
+class _CloseRaises(SimpleThreadedPool):
+    def close(self) -> None:
+        raise RuntimeError("close failed")
+
+
+@pytest.mark.parametrize(
+    ("factory", "said"),
+    [(_ClosingThreaded, "threads"), (_ClosingAsync, "async"), (_CloseTakesATimeout, None)],
+)
+def test_a_run_ends_with_the_pools_optional_close(factory: type, said: str | None) -> None:
+    """Every execution ends by calling the pool's ``close()`` (a plain call or a coroutine), once:
+    where a pool stops a thread of its own. A ``close`` that needs arguments is another kind,
+    and is left alone."""
+    CLOSED.clear()
+    result = search(config_for(factory), RandomScheduler(seed=2), max_executions=5)
+    assert result.failure is None, result.failure.describe()
+    assert ([said] * 5 if said else []) == CLOSED
+
+
+def test_a_close_that_raises_is_a_crash() -> None:
+    result = search(config_for(_CloseRaises), RandomScheduler(seed=2), max_executions=5, shrink=False)
+    assert result.failure is not None and result.failure.violation.invariant == "crash"
+    assert "close() raised RuntimeError: close failed" in result.failure.violation.message
+
+
 @pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
 @pytest.mark.parametrize("factory", [ThreadResetHandoffPool, ThreadCoroutineResetHandoffPool])
 @pytest.mark.parametrize(

@@ -342,8 +342,8 @@ class Operations:
         ("can't start new thread", reported against the factory). What ``close`` raises is a
         ``crash``."""
         close = getattr(self.pool, "close", None)
-        if not callable(close):
-            return
+        if not callable(close) or not _takes_no_arguments(close):
+            return  # none, or a close() of another kind (one that takes a block, say)
         try:
             done = close()
             if inspect.isawaitable(done):
@@ -617,3 +617,14 @@ def _refusal(crash: InvariantViolation) -> bool:
     memory: a ``MemoryError`` is the pool failing, whichever call it lands in."""
     cause = crash.__cause__
     return isinstance(cause, Exception) and not isinstance(cause, MemoryError)
+
+
+def _takes_no_arguments(function: Callable[..., Any]) -> bool:
+    """Whether ``function()`` binds: a ``close(timeout)`` with no default is not the protocol's."""
+    try:
+        inspect.signature(function).bind()
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): call it as the protocol says
+        return True
+    return True
