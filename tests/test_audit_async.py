@@ -105,6 +105,7 @@ def test_async_with_lists_a_leak_with_its_task_and_stack(backend: str) -> None:
                 group.start_soon(leaky_handler, pool, name="handler-3")
         assert caught.value.invariant == "lost-block"
         assert "in leaky_handler" in caught.value.message
+        assert "(a caller bug;" in caught.value.message  # whose fault it is, as every message says
         # The stack is the handler's: not the event loop's frames that stepped its task.
         assert "asyncio" + os.sep not in caught.value.message
         if backend == "asyncio":
@@ -291,3 +292,50 @@ def test_a_plain_with_on_an_audited_async_pool_says_to_use_async_with() -> None:
     with pytest.raises(TypeError, match=r"async with kvstress\.audit"), audited:
         pass
     audited.close()
+
+
+class _MixedFlavourPool:
+    """An async pool (coroutine ``acquire``) whose ``release`` is a plain call and whose
+    ``retain`` is a coroutine, as the protocol allows: the audit's calls take the same shapes."""
+
+    def __init__(self, num_blocks: int, block_shape: tuple[int, ...]) -> None:
+        self.inner = kvstress.ThreadedBlockPool(num_blocks, block_shape)
+        self.num_blocks = num_blocks
+
+    async def acquire(self, timeout: float | None = None) -> Any:
+        return self.inner.acquire(0 if timeout is None else min(timeout, 0))
+
+    def release(self, block: Any) -> bool:
+        return self.inner.release(block)
+
+    async def retain(self, block: Any) -> None:
+        self.inner.retain(block)
+
+    def mark_in_use(self, block: Any) -> None:
+        self.inner.mark_in_use(block)
+
+    def free_count(self) -> int:
+        return self.inner.free_count()
+
+    def free_ids(self) -> list[int]:
+        return self.inner.free_ids()
+
+
+def test_an_async_pool_with_a_plain_release_is_audited_in_its_own_shapes() -> None:
+    """An async pool's plain ``release`` stays plain through the audit (its callers do not await
+    it), and a coroutine ``retain`` stays a coroutine: awaiting the pool's plain release raised
+    TypeError after the block had gone back, and the audit then blamed the correct pool for a
+    shared block (a blind sweep)."""
+
+    async def main() -> None:
+        async with kvstress.audit(_MixedFlavourPool(2, (2, 4))) as pool:
+            block = await pool.acquire(0)
+            await pool.retain(block)
+            assert pool.release(block) is False  # one reference left: a plain answer, no await
+            assert pool.release(block) is True
+            again = await pool.acquire(0)
+            other = await pool.acquire(0)
+            assert {again.id, other.id} == {0, 1}
+            assert pool.release(again) is True and pool.release(other) is True
+
+    asyncio.run(main())

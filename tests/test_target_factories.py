@@ -33,3 +33,17 @@ def test_a_pool_built_by_a_factory_elsewhere_is_driven_cooperatively(name: str, 
     assert "kvstress.mutants._ordinary_threads" in target.pool_modules
     outcome = fuzz(target, budget_s=3.0, seed=0, mix=parse_mix("pct,random"), report_dir=tmp_path)
     assert outcome.finding is None, outcome.finding.violation.details()
+
+
+def test_loading_a_pool_that_ignores_its_timeout_does_not_hang(tmp_path: Path) -> None:
+    """The backend probe (every block taken, then a 1 ms wait for one more) is bounded: an async
+    pool whose acquire ignores its timeout hung ``kvstress fuzz`` for ever, before any report
+    (a blind sweep); it loads, and the search reports it."""
+    import time
+
+    started = time.monotonic()
+    target = load_target("pools.ignores_timeout:IgnoresTimeoutPool")
+    assert time.monotonic() - started < 10
+    outcome = fuzz(target, budget_s=5, seed=0, report_dir=tmp_path)
+    assert outcome.finding is not None
+    assert outcome.finding.violation.invariant in ("hang", "timeout-late", "lost-wakeup")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import types
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -23,6 +25,39 @@ class AsyncAuditedPool(AuditCore):
     ledger half-changed.
     """
 
+    def __init__(self, pool: Any, **options: Any) -> None:
+        super().__init__(pool, **options)
+        # An async pool's release (and release_many) may be a plain call (docs/protocol.md):
+        # then so is the audit's, as the pool's callers call it; the threaded audit's checks.
+        from kvstress.audit._threaded import AuditedPool
+
+        if not inspect.iscoroutinefunction(getattr(pool, "release", None)):
+            self.release = types.MethodType(AuditedPool.release, self)  # type: ignore[method-assign]
+        many = getattr(pool, "release_many", None)
+        if many is not None and not inspect.iscoroutinefunction(many):
+            self.release_many = types.MethodType(AuditedPool.release_many, self)  # type: ignore[method-assign]
+        # And retain or mark_in_use may be coroutines: then so are the audit's.
+        if inspect.iscoroutinefunction(getattr(pool, "retain", None)):
+            self.retain = self._retain_awaited  # type: ignore[method-assign,assignment]
+        if inspect.iscoroutinefunction(getattr(pool, "mark_in_use", None)):
+            self.mark_in_use = self._mark_in_use_awaited  # type: ignore[method-assign,assignment]
+
+    async def _retain_awaited(self, block: AuditedBlock) -> None:
+        await self._use_awaited(block, "retain")
+
+    async def _mark_in_use_awaited(self, block: AuditedBlock) -> None:
+        await self._use_awaited(block, "mark_in_use")
+
+    async def _use_awaited(self, block: AuditedBlock, name: str) -> None:
+        """``retain`` or ``mark_in_use`` where the pool's is a coroutine."""
+        lease, op = self._begin_use(block, name)
+        try:
+            await getattr(self.pool, name)(lease.inner)
+        except BaseException as error:
+            self._use_raised(lease, op, name, error)
+            raise
+        self._end_use(lease, op, name)
+
     def _holder(self) -> str:
         return _task_name()
 
@@ -30,7 +65,7 @@ class AsyncAuditedPool(AuditCore):
         """The pool's acquire; the block must be nobody's and all zero."""
         op, holder = self._begin_acquire(timeout)
         try:
-            inner = await self.pool.acquire(timeout)
+            inner = await _maybe(self.pool.acquire(timeout))
         except BaseException as error:
             self._failed(op, error)
             raise
@@ -47,7 +82,7 @@ class AsyncAuditedPool(AuditCore):
     async def _acquire_many(self, n: int, timeout: float | None = None) -> list[AuditedBlock] | None:
         op, holder = self._begin_acquire_many(n, timeout)
         try:
-            inners = await self.pool.acquire_many(n, timeout)
+            inners = await _maybe(self.pool.acquire_many(n, timeout))
         except BaseException as error:
             self._failed(op, error)
             raise
@@ -57,7 +92,7 @@ class AsyncAuditedPool(AuditCore):
         """The pool's release, refused (InvariantViolation) through a stale handle."""
         lease, op = self._begin_release(block)
         try:
-            returned = await self.pool.release(lease.inner)
+            returned = await _maybe(self.pool.release(lease.inner))
         except BaseException as error:
             self._release_raised(lease, op, error)
             raise
@@ -73,7 +108,7 @@ class AsyncAuditedPool(AuditCore):
             return [await self.release(block) for block in blocks]
         begun = self._begin_many(blocks)
         try:
-            answers = list(await many([lease.inner for lease, _ in begun]))
+            answers = list(await _maybe(many([lease.inner for lease, _ in begun])))
         except BaseException as error:
             for lease, op in begun:
                 self._release_raised(lease, op, error)
@@ -147,6 +182,11 @@ class AsyncAuditedPool(AuditCore):
 
     def __repr__(self) -> str:
         return f"<AsyncAuditedPool of {self.pool!r}>"
+
+
+async def _maybe(result: Any) -> Any:
+    """``result`` awaited where it is awaitable: an async pool's call may be a plain one."""
+    return await result if inspect.isawaitable(result) else result
 
 
 def _task_name() -> str:

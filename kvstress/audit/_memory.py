@@ -138,7 +138,7 @@ def dirty_read(inner: Any, holder: str, previous: Lease | None) -> tuple[str, st
             f"{block} came out of {holder}'s acquire with {detail}, but it read as all zeros when "
             f"{previous.ended_by} released its last reference (tenancy {previous.number}, operation "
             f"{previous.ended_op}): it was written after its release, through a stale handle's view, "
-            f"by one of {', '.join(holders(previous))} (a caller bug: use after release)",
+            f"by {_one_of(holders(previous))} (a caller bug: use after release)",
         )
     released = "" if previous is None else f" (last released by {previous.ended_by})"
     return (
@@ -157,5 +157,11 @@ def released_block_changed(lease: Lease) -> str | None:
         f"block {lease.block_id} read as all zeros when {lease.ended_by} released its last reference "
         f"(tenancy {lease.number}, operation {lease.ended_op}), and now holds "
         f"{nonzero_detail(lease.inner)}: it was written after its release, through a stale "
-        f"handle's view, by one of {', '.join(holders(lease))} (a caller bug: use after release)"
+        f"handle's view, by {_one_of(holders(lease))} (a caller bug: use after release)"
     )
+
+
+def _one_of(names: tuple[str, ...] | list[str]) -> str:
+    """``Task-3``, or ``one of Task-3, Task-4``: who may have written, without a lone "one of"."""
+    unique = list(dict.fromkeys(names))  # a holder that also retained is named once
+    return unique[0] if len(unique) == 1 else f"one of {', '.join(unique)}"

@@ -91,7 +91,11 @@ def describe_lease(lease: Lease) -> str:
 def leak_message(leases: list[Lease]) -> str:
     """One line naming every leaked block, then the stack of each one's acquire."""
     leases = sorted(leases, key=lambda lease: lease.block_id)
-    head = f"{len(leases)} block(s) never came back: {', '.join(describe_lease(x) for x in leases)}"
+    head = (
+        f"{len(leases)} block(s) never came back: {', '.join(describe_lease(x) for x in leases)}. "
+        "Their holders did not release every reference (a caller bug; a release cancelled or "
+        "failed before it took effect gives nothing back)"
+    )
     stacks = [f"  block {x.block_id} acquired by {x.holder} at:\n{format_stack(x.stack)}" for x in leases]
     return "\n".join([head, *stacks])
 

@@ -728,7 +728,7 @@ class ThreadController:
         where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
         return (
             f"the controlled threads passed {self.max_steps} scheduling points at virtual time "
-            f"{self.now:g} s without time moving: a spin or a livelock (thread {me.name} was "
+            f"{round(self.now, 9):g} s without time moving: a spin or a livelock (thread {me.name} was "
             f"running{where}), or a longer program (run_threads' max_steps)"
         )
 

@@ -68,7 +68,7 @@ class ThreadDeadlock(Deadlock):
         # left are daemons is.
         none = "none but a daemon has a deadline" if daemons_timed else "none has a deadline"
         super().__init__(
-            f"deadlock at virtual time {now:g} s: every live thread is blocked and {none}"
+            f"deadlock at virtual time {round(now, 9):g} s: every live thread is blocked and {none}"
             f"{cycle}. Wait-for graph:\n" + "\n".join(lines)
         )
 

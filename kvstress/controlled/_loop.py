@@ -434,8 +434,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_polled = False
         if self._kv_budget <= 0:
             culprit = next((t.get_name() for t, lane in self._lanes.items() if lane == self._current), None)  # type: ignore[attr-defined]
+            now = round(self._kv_now, 9)  # crept a few floats from 0, it would read 9e-320
             raise StepLimitExceeded(
-                f"the controlled loop ran {self.max_steps} callbacks at virtual time {self._kv_now:g} s "
+                f"the controlled loop ran {self.max_steps} callbacks at virtual time {now:g} s "
                 f"without time moving: a livelock or a spin (task {culprit!r} ran last), or a longer "
                 "program (run_controlled's max_steps)",
                 culprit,
@@ -647,8 +648,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if waited is None:
                 return True  # something came back: run it
             if not waited and self._kv_threads:
+                now = round(self._kv_now, 9)
                 raise Deadlock(
-                    f"at virtual time {self._kv_now:g} nothing is ready, and {self._kv_threads} call(s) "
+                    f"at virtual time {now:g} nothing is ready, and {self._kv_threads} call(s) "
                     f"run in a thread (run_in_executor, to_thread, anyio's) did not come back within "
                     f"{THREAD_WAIT_S:g} s of real time"
                 )
@@ -800,8 +802,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             f"{self._lanes.get(task, '?')} {task.get_name()!r}" for task in asyncio.all_tasks(self)
         )
         shown = ", ".join(waiting[:8]) + (f" and {len(waiting) - 8} more" if len(waiting) > 8 else "")
+        now = round(self._kv_now, 9)
         return (
-            f"deadlock at virtual time {self._kv_now:g}: no callback is ready and no timer is pending, "
+            f"deadlock at virtual time {now:g}: no callback is ready and no timer is pending, "
             f"so nothing can wake the {len(waiting)} waiting tasks ({shown or 'none'}); a lost "
             "wake-up, or a wait on real I/O or a thread, which the controlled loop does not wait for"
         )

@@ -12,6 +12,7 @@ import inspect
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +118,12 @@ def _check_plain_calls(spec: str, pool: Any, is_async: bool) -> None:
         )
 
 
+PROBE_BOUND_S = 1.0
+"""Seconds the backend probe (``_check_backend``) may take on one backend: it takes every block,
+waits 1 ms for one more and gives them back, in milliseconds; a pool that ignores its timeout is
+cancelled then, and one that will not end even so is left to the search."""
+
+
 def _check_backend(
     spec: str, factory: Callable[..., Any], blocks: int, shape: tuple[int, ...], backend: str
 ) -> None:
@@ -142,12 +149,28 @@ def _check_backend(
         if callable(close):
             await _maybe(close())
 
+    async def bounded_round() -> None:
+        with anyio.fail_after(PROBE_BOUND_S):  # a pool that ignores its timeout: the search's
+            await one_round()
+
     def fails(on: str) -> BaseException | None:
-        try:
-            anyio.run(one_round, backend=on)
-        except Exception as error:
-            return error
-        return None
+        """What the round raised on ``on`` (None: it ran). A round that will not end even when
+        cancelled (a pool that blocks its loop) is no verdict: it is left in a daemon thread, and
+        the search, in processes of its own, reports the pool."""
+        outcome: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                anyio.run(bounded_round, backend=on)
+            except Exception as error:
+                outcome.append(error)
+            else:
+                outcome.append(None)
+
+        probe = threading.Thread(target=run, name=f"kvstress-probe-{on}", daemon=True)
+        probe.start()
+        probe.join(2 * PROBE_BOUND_S)
+        return outcome[0] if outcome else None
 
     error = fails(backend)
     if error is None:

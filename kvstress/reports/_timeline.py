@@ -143,9 +143,8 @@ def op_label(op: Mapping[str, Any], outcome: str) -> str:
 
 def _tooltip(op: Mapping[str, Any], label: str) -> str:
     lines = [f"#{_text(op.get('index'))} {_worker(op)}: {label}"]
-    lines.append(
-        f"start {_text(op.get('start'))}, end {_text(op.get('end'))}, outcome {_text(op.get('outcome'))}"
-    )
+    start, end = _seconds(op.get("start")), _seconds(op.get("end"))
+    lines.append(f"start {start}, end {end}, outcome {_text(op.get('outcome'))}")
     if op.get("observed"):
         lines.append(f"observed {_text(op.get('observed'))}")
     return "\n".join(lines)
@@ -169,3 +168,11 @@ def _e(value: object) -> str:
 
 def _text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _seconds(value: object) -> str:
+    """A time in seconds to the nanosecond: a virtual clock that crept a few floats from 0 (steps
+    at one instant) reads 0, not 2.08e-322."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{round(value, 9):g}"
+    return _text(value)
