@@ -100,6 +100,20 @@ def test_a_block_lost_to_task_cancel_is_caught_on_asyncio(pool: type) -> None:
     assert violation.invariant == "lost-block", violation.details()
 
 
+def test_a_release_from_a_cancelled_scope_is_tried_on_trio() -> None:
+    """The machine releases from inside a cancel scope already cancelled, as an unshielded
+    cleanup path does: a trio release that changes the block and then awaits ``send`` is
+    cancelled there and the block is lost; the same pool sending without awaiting is clean."""
+    from pools.trio_channel import ChannelPool, FreeThenSendPool
+
+    machine = kvstress.pool_machine(FreeThenSendPool, backend="trio", timing=QUICK_HANGS)
+    violation = first_violation(lambda: run_state_machine_as_test(machine, settings=HUNT))
+    assert violation.invariant in ("lost-block", "counter-mismatch", "queue-corruption"), violation.details()
+    assert "release_in_cancelled_scope" in (violation.program or "")
+    clean = kvstress.pool_machine(ChannelPool, backend="trio")
+    run_state_machine_as_test(clean, settings=settings(CI, max_examples=15))
+
+
 def test_task_cancel_is_asyncio_only() -> None:
     """On trio, where shields hold, the same pools are correct and the machine stays silent;
     the driver refuses the steps where they do not apply."""

@@ -54,7 +54,8 @@ def test_a_failure_hypothesis_cannot_repeat_comes_with_its_program_and_rate() ->
     assert "failed in 0 of 10 re-runs of this program" in violation.message
     program = violation.message.split("re-runs of this program:\n", 1)[1]
     assert program.startswith("state = OnceDirtyPoolMachine()") and program.endswith("state.teardown()")
-    assert "blocks_0 = state.acquire(" in program and "state.release(ref=" in program
+    # the block's release and its dirty re-acquire are in it, by whichever rules drew them
+    assert "blocks_0 = state.acquire(" in program and "release(" in program
 
 
 def test_the_recorded_program_replays_a_deterministic_bug_when_pasted() -> None:

@@ -229,7 +229,6 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         # start in the order they were made (``_in_creation_order``).
         self._late_timers = bool(getattr(scheduler, "late_timers", False))
         self._kv_started: set[int] = set()  # the lanes that have run a step
-        self._kv_ready_since: dict[int, float] = {}  # ready lane -> since when (early timers)
         self.kv_excused = 0.0
         """Virtual seconds time jumped for a timer fired early, while callbacks were ready: an
         operation in flight meanwhile is not blamed for them (``excused_seconds``)."""
@@ -480,7 +479,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self._tells_woken:
             self._tell_woken(heads)
         self.kv_contended = len(heads) > 1
-        when = self._early_timer(self._ready_since(heads)) if self._early_timers else None
+        when = self._early_timer() if self._early_timers else None
         if when is not None:
             lane = self._ask_fairly([*sorted(heads), TIMER_LANE])
             if lane == TIMER_LANE:
@@ -523,30 +522,14 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             heapq.heappop(timers)
         return timers[0][0] if timers else None
 
-    def _ready_since(self, heads: dict[int, int]) -> float:
-        """The earliest virtual time since which a lane of ``heads`` has had a callback ready at
-        every step (run or not); lanes not ready now forget theirs."""
-        since, now = self._kv_ready_since, self._kv_now
-        oldest = now
-        for lane in list(since):
-            if lane not in heads:
-                del since[lane]
-        for lane in heads:
-            first = since.setdefault(lane, now)
-            if first < oldest:
-                oldest = first
-        return oldest
-
-    def _early_timer(self, ready_since: float) -> float | None:
+    def _early_timer(self) -> float | None:
         """When the next live timer is due, where it may fire ahead of the ready callbacks: within
-        ``FIRE_HORIZON`` of ``ready_since`` (since when the longest-ready lane has been ready: one
-        jump after another, each with a step of that lane between, must not keep it from its
-        slice for longer, as on the baton), within ``max_time``, and before
-        ``EARLY_FIRE_STEPS`` at this instant."""
+        ``FIRE_HORIZON``, within ``max_time``, and before ``EARLY_FIRE_STEPS`` at this instant
+        (a pool's fuzzing only: its checks credit the jump, ``kv_excused``)."""
         when = self._next_timer()
         if when is None or self.max_steps - self._kv_budget >= EARLY_FIRE_STEPS:
             return None
-        if when - ready_since > FIRE_HORIZON or (
+        if when - self._kv_now > FIRE_HORIZON or (
             self.max_time is not None and when > self._kv_start + self.max_time
         ):
             return None

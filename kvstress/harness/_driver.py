@@ -188,6 +188,22 @@ class PoolDriver(Scenarios):
             holder, lambda: self.op_release_task_cancelled(holder, block_id, turns), self._bound(0)
         )
 
+    @property
+    def cancels_scopes(self) -> bool:
+        """Whether ``release_in_cancelled_scope`` applies: an async pool cancelled by scopes (on
+        trio, or speaking anyio on asyncio), where a cancellation stays pending until its scope
+        is left. A pool on asyncio alone sees one ``Task.cancel()``, delivered once."""
+        return self.is_async and not self.native_cancel
+
+    def release_in_cancelled_scope(self, holder: str, block_id: int) -> None:
+        """release of one of ``holder``'s references from inside a cancel scope already cancelled
+        (an unshielded cleanup path); async pools cancelled by scopes only."""
+        if not self.cancels_scopes:
+            raise ValueError(
+                "release_in_cancelled_scope needs an async pool cancelled by scopes (anyio, trio)"
+            )
+        self._dispatch(holder, lambda: self.op_release_in_cancelled_scope(holder, block_id), self._bound(0))
+
     def _need_task_cancel(self, step: str) -> None:
         if not self.cancels_tasks:
             flavour = f"an async pool on {self.backend}" if self.is_async else "a threaded pool"

@@ -152,6 +152,21 @@ class Operations:
     async def op_release(self, holder: str, block_id: int) -> bool:
         """Verify the canary, release; alone: True exactly for the last reference, refcount - 1."""
         await self.op_verify(holder, block_id)
+        return await self._release_verified(holder, block_id)
+
+    async def op_release_in_cancelled_scope(self, holder: str, block_id: int) -> None:
+        """(async, a pool that speaks anyio or trio) release from inside a cancel scope already
+        cancelled, as a trio or anyio cleanup path without a shield calls it: every checkpoint
+        there raises the cancellation at once. A release that completes without awaiting takes
+        effect; one cancelled at an await before it changed anything leaves the reference with
+        its holder; one that changed the block and then awaited leaves it half-released, which
+        the quiet check reports (``lost-block``)."""
+        await self.op_verify(holder, block_id)
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await self._release_verified(holder, block_id)
+
+    async def _release_verified(self, holder: str, block_id: int) -> bool:
         handle = self.ledger.handles[block_id]
         tenancy = self.ledger.open[block_id]
         last = self.ledger.give_up(holder, block_id)

@@ -185,6 +185,16 @@ class PoolMachine(RuleBasedStateMachine):
             self._do(lambda: self.driver.release_task_cancelled(ref.holder, ref.block, turns))
         return ref
 
+    @precondition(lambda self: self.driver.cancels_scopes)
+    @rule(target=blocks, ref=consumes(blocks))
+    @recorded("blocks")
+    def release_in_cancelled_scope(self, ref: Ref) -> Ref:
+        # The ref goes back, as for a task-cancelled release: one cancelled before it took
+        # effect leaves the block with its holder (and a stale ref is a no-op in every rule).
+        if self._tenancy(ref) is not None:
+            self._do(lambda: self.driver.release_in_cancelled_scope(ref.holder, ref.block))
+        return ref
+
     @rule(ref=retired)
     @recorded()
     def double_release(self, ref: Ref) -> None:
