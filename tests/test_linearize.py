@@ -517,6 +517,34 @@ def test_none_while_a_hand_off_is_in_flight_is_ok() -> None:
     assert h.check(1).status == "ok"
 
 
+def _semaphore_queue(handed_off: bool) -> History:
+    """Three blocks on ``asyncio.Semaphore``, which refuses a newcomer while any waiter is
+    queued: w1 waits and is handed block 0; while it has not run, w2 queues behind it though
+    blocks 1 and 2 are FREE, and is chain-woken only once w1 runs; w3's try-once meanwhile finds
+    the queue busy, with block 2 FREE throughout. Without the hand-off w1 never waited, nothing
+    queued w2, and the refusal is a finding."""
+    h = History()
+    for block in range(3):
+        h.acquire("w0", block, block + 0.5, block)
+    if handed_off:
+        h.add("w1", "acquire", {"timeout": 0.05}, 3, 9, 0)  # waits; handed block 0 at 4
+    h.release("w0", 3.5, 4, 0, True)
+    h.release("w0", 4.5, 5, 1, True)
+    h.release("w0", 5.2, 5.5, 2, True)
+    if not handed_off:
+        h.add("w1", "acquire", {"timeout": 0.05}, 5.7, 5.8, 0)  # takes block 0 at once
+    h.add("w2", "acquire", {"timeout": 0.05}, 6, 12, 1)  # queued behind w1 (or not)
+    h.acquire("w3", 10, 10.5, None, outcome="info")
+    return h
+
+
+def test_a_try_once_behind_a_waiter_queued_behind_a_hand_off_is_ok() -> None:
+    """A blind tester's pool on ``asyncio.Semaphore.locked()`` was reported lost-block: its
+    try-once failed with a block FREE while a waiter, queued behind a woken one, had not run."""
+    assert _semaphore_queue(handed_off=True).check(3).status == "ok"
+    assert _semaphore_queue(handed_off=False).check(3).status == "violation"
+
+
 def test_none_after_the_hand_off_has_settled_is_a_violation() -> None:
     """Once the waiter the block was handed to has given up, the block is FREE again: a
     try-once that then answers None, with nothing else in flight, lost it."""

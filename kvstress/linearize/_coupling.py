@@ -61,6 +61,9 @@ class Coupling:
         self._calls = [(b, op.index, op.lo, returns.get(op.index, op.hi)) for b, op in calls]
         frees = [(b, op) for b, ops in enumerate(model.blocks) for op in ops if op.kind in _FREES]
         self._handoffs = _handoffs([op.hi for _, op in frees], model, returns)
+        self._queued = _queued(self._calls, self._handoffs, model.patient)
+        self._patient = model.patient
+        self._start = {index: lo for _, index, lo, _ in self._calls}
         # Releases as calls: until one returns, the pool may not have given its unit back.
         self._freeing = [(b, op.lo, returns.get(op.index, op.hi)) for b, op in frees]
         # Per block, the returns of the acquires that answered it: one that returned after a
@@ -110,7 +113,21 @@ class Coupling:
             ended = bisect_right(self._handoffs, p)  # hand-offs that were over by p
             if in_flight and ended and self._handoffs[ended - 1] >= min(lo for _, lo in in_flight):
                 return True
-        return False
+        return self._queue_busy(empty, last)
+
+    def _queue_busy(self, empty: BlockOp, last: int) -> bool:
+        """Another acquire that may have stood in a FIFO pool's queue (``_queued``) was in flight
+        during the call: a try-once finds the queue busy and fails, whatever blocks are FREE, as
+        on ``asyncio.Semaphore``, which refuses a newcomer while any waiter is queued; a waiter
+        fails behind one queued before it began."""
+        patient = empty.index in self._patient
+        return any(
+            index != empty.index
+            and since <= last
+            and end >= empty.lo
+            and (not patient or self._start[index] < empty.lo)
+            for index, since, end in self._queued
+        )
 
     def _surely_free_block(self, block: int, at: int) -> bool:
         return any(first <= at <= last for first, last in self._free_spans[block])
@@ -220,6 +237,26 @@ def _handoffs(release_ends: list[int], model: Translation, returns: dict[int, in
         if i < len(handoffs) and handoffs[i] <= end:
             handoffs.insert(bisect_right(handoffs, end), end)
     return handoffs
+
+
+def _queued(
+    calls: Sequence[tuple[int, int, int, int]], handoffs: Sequence[int], patient: frozenset[int]
+) -> list[tuple[int, int, int]]:
+    """The acquires that may have stood in a FIFO pool's queue, as (index, start, return): one in
+    flight across a hand-off (it may have waited for that unit), and, in turn, one that could
+    wait and began while such an acquire was still in flight: a pool that refuses newcomers
+    while anyone is queued (``asyncio.Semaphore``) queued it behind, whatever was FREE, and a
+    newcomer then found the queue busy too (a blind tester's pool on ``Semaphore.locked()``)."""
+    waiting = sorted((lo, end, index) for _, index, lo, end in calls if index in patient)
+    queued: list[tuple[int, int, int]] = []  # (index, from when it may hold the queue, return)
+    for lo, end, index in waiting:
+        if any(since <= lo <= until for _, since, until in queued):
+            queued.append((index, lo, end))  # began behind a queued one: queued from its start
+            continue
+        h = bisect_left(handoffs, lo)
+        if h < len(handoffs) and handoffs[h] <= end:  # a hand-off came during its call
+            queued.append((index, handoffs[h], end))
+    return queued
 
 
 def _held_stretches(ops: Sequence[BlockOp], size: int) -> list[tuple[int, int]]:
