@@ -47,3 +47,33 @@ def test_loading_a_pool_that_ignores_its_timeout_does_not_hang(tmp_path: Path) -
     outcome = fuzz(target, budget_s=5, seed=0, report_dir=tmp_path)
     assert outcome.finding is not None
     assert outcome.finding.violation.invariant in ("hang", "timeout-late", "lost-wakeup")
+
+
+def test_a_module_that_exits_as_it_is_imported_is_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sys.exit`` at a pool module's import is one clear error, not kvstress's own exit
+    status (it became rc 1, "violation found", with no report)."""
+    from kvstress.fuzz import TargetError
+
+    (tmp_path / "leaves_at_import.py").write_text("import sys\nsys.exit('leaving')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TargetError, match="cannot import 'leaves_at_import'.*SystemExit: leaving"):
+        load_target("leaves_at_import:Pool")
+
+
+class _BlocksInInit(ThreadConditionPool):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        import threading
+
+        threading.Event().wait()  # never returns
+
+
+def test_a_constructor_that_blocks_is_refused_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building the first pool is bounded: a constructor that blocks hung ``kvstress fuzz`` for
+    ever, before any output."""
+    from kvstress.fuzz import TargetError, _target
+
+    monkeypatch.setattr(_target, "BUILD_BOUND_S", 0.5)
+    with pytest.raises(TargetError, match="did not return within 0.5 s: its constructor blocks"):
+        load_target(f"{__name__}:_BlocksInInit")

@@ -90,7 +90,7 @@ def load_target(
     missing = [name for name in PROTOCOL if not hasattr(pool, name)]
     if missing:
         raise TargetError(
-            f"{spec} built a {type(pool).__name__}, which lacks the protocol's {', '.join(missing)}"
+            f"{spec} built {_a(type(pool).__name__)}, which lacks the protocol's {', '.join(missing)}"
         )
     is_async = inspect.iscoroutinefunction(pool.acquire)
     _check_plain_calls(spec, pool, is_async)
@@ -117,6 +117,10 @@ def _check_plain_calls(spec: str, pool: Any, is_async: bool) -> None:
             "the harness calls them without await (see docs/protocol.md)"
         )
 
+
+BUILD_BOUND_S = 30.0
+"""Seconds the first pool may take to build (``load_target``): a pool that allocates a large
+memory on a slow machine takes a few; one whose constructor blocks is refused after this."""
 
 PROBE_BOUND_S = 1.0
 """Seconds the backend probe (``_check_backend``) may take on one backend: it takes every block,
@@ -209,7 +213,7 @@ def _import(spec: str) -> Callable[..., Any]:
     make_cwd_importable()
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a module that exits as it is imported, too
         raise TargetError(
             f"cannot import {module_name!r} for the pool {spec}: {type(error).__name__}: {error}"
         ) from None
@@ -219,7 +223,7 @@ def _import(spec: str) -> Callable[..., Any]:
             raise TargetError(f"module {module_name!r} has no attribute {attribute!r} (the pool {spec})")
         value = getattr(value, part)
     if not callable(value):
-        raise TargetError(f"the pool {spec} names a {type(value).__name__}, not a pool class or factory")
+        raise TargetError(f"the pool {spec} names {_a(type(value).__name__)}, not a pool class or factory")
     return value  # type: ignore[no-any-return]
 
 
@@ -230,12 +234,31 @@ def _build(spec: str, factory: Callable[..., Any], blocks: int, shape: tuple[int
     async def make_in_loop() -> Any:
         return make()
 
-    try:
-        if is_async_factory(factory) is False:
-            return make()
-        return anyio.run(make_in_loop, backend=backend)  # async pools may need a running loop
-    except Exception as error:
-        raise TargetError(
-            f"{spec}({blocks}, {shape}, dtype=torch.float32, device=None) raised "
-            f"{type(error).__name__}: {error}"
-        ) from None
+    built: list[Any] = []
+    failed: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            if is_async_factory(factory) is False:
+                built.append(make())
+            else:
+                built.append(anyio.run(make_in_loop, backend=backend))  # async pools may need a loop
+        except (Exception, SystemExit) as error:
+            failed.append(error)
+
+    # On a thread of its own, bounded: a constructor that blocks hung `kvstress fuzz` for ever,
+    # before any output (a blind tester's pool sleeping in __init__).
+    builder = threading.Thread(target=build, name="kvstress-build", daemon=True)
+    builder.start()
+    builder.join(BUILD_BOUND_S)
+    call = f"{spec}({blocks}, {shape}, dtype=torch.float32, device=None)"
+    if failed:
+        raise TargetError(f"{call} raised {type(failed[0]).__name__}: {failed[0]}") from None
+    if not built:
+        raise TargetError(f"{call} did not return within {BUILD_BOUND_S:g} s: its constructor blocks")
+    return built[0]
+
+
+def _a(name: str) -> str:
+    """``a list``, ``an int``: a type's name with its article."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
