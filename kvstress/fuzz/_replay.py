@@ -135,7 +135,7 @@ def _replay_crash(report: Mapping[str, Any], config: Mapping[str, Any]) -> Repla
     release dies again. Reproduced when the child dies the same way."""
     import tempfile
 
-    from kvstress.fuzz._isolate import Job, supervise
+    from kvstress.fuzz._isolate import Job, default_memory_limit, supervise
 
     recorded = str(config.get("death", ""))  # empty: a crash the child reported itself
     try:
@@ -149,7 +149,9 @@ def _replay_crash(report: Mapping[str, Any], config: Mapping[str, Any]) -> Repla
             mix=tuple(str(m) for m in config["mix"]),
             report_dir="",  # set to a scratch folder below
             mode=str(report["mode"]),
-            memory_limit=config.get("memory_limit"),
+            # The run's own bound where the report has it; else fuzz's default, never none: a
+            # crash of memory replayed unbounded took the machine's 23 GB and was OOM-killed.
+            memory_limit=config["memory_limit"] if "memory_limit" in config else default_memory_limit(),
         )
         stream = int(config["stream"])
     except (KeyError, TypeError, ValueError) as error:
@@ -161,6 +163,8 @@ def _replay_crash(report: Mapping[str, Any], config: Mapping[str, Any]) -> Repla
     if not recorded:  # a crash the child reported itself (SystemExit from the pool, say)
         if found == "crash":
             return ReplayOutcome("crash", 1, 1, f"{again} crashed the same way")
+        if result.death is not None:  # a crash still: the pool's MemoryError may come as a kill
+            return ReplayOutcome("crash", 1, 1, f"{again} died: {result.death.how}")
         return ReplayOutcome("crash", 1, 0, f"{again} found {found or 'nothing'}")
     said = f"crash ({recorded})"
     if result.death is not None:

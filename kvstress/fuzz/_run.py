@@ -185,7 +185,13 @@ def _loop(
                         executions,
                         operations,
                         seed,
-                        run={"stream": stream, "fuzz_seed": seed, "mix": list(mix), "budget_s": budget_s},
+                        run={
+                            "stream": stream,
+                            "fuzz_seed": seed,
+                            "mix": list(mix),
+                            "budget_s": budget_s,
+                            "memory_limit": _memory_limit(),
+                        },
                     ),
                     report_dir,
                 )
@@ -200,6 +206,17 @@ def _loop(
         return FuzzOutcome(executions, operations, time.monotonic() - start, interrupted=True)
     log.info("fuzz.done", executions=executions, operations=operations)
     return FuzzOutcome(executions, operations, time.monotonic() - start)
+
+
+def _memory_limit() -> int | None:
+    """The bound this process runs under (``RLIMIT_DATA``, as ``--memory-limit`` sets it in a
+    fuzzing child), for a report's replay to run under the same; None for none."""
+    try:
+        import resource
+    except ImportError:  # no resource module (Windows): no bound was set either
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def _strategy_at(mix: Sequence[str], index: int) -> str | None:

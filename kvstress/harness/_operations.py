@@ -498,15 +498,16 @@ class Operations:
             elif isinstance(result, Awaitable):
                 result = await result
         except Exception as exc:
-            call = f"{what}({', '.join(map(repr, args))})"
-            raise self._raised(index, exc, f"{call} raised {type(exc).__name__}: {exc}") from exc
+            call = f"{what}({', '.join(map(_shown, args))})"
+            raised = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise self._raised(index, exc, f"{call} raised {raised}") from exc
         except BaseException as exc:
             # A GeneratorExit while awaiting is the harness closing this coroutine.
             if passes_through(exc) or (awaiting and isinstance(exc, GeneratorExit)):
                 # cancelled: it may or may not have taken effect
                 self.history.end(index, self._stamp(), "info", "cancelled")
                 raise
-            call = f"{what}({', '.join(map(repr, args))})"
+            call = f"{what}({', '.join(map(_shown, args))})"
             ended = f"{call} raised {type(exc).__name__}({exc}): a pool must not end the process"
             raise self._raised(index, exc, ended) from exc
         return (result, suspensions) if count else result
@@ -643,3 +644,12 @@ def _takes_no_arguments(function: Callable[..., Any]) -> bool:
     except ValueError:  # no signature to read (a builtin): call it as the protocol says
         return True
     return True
+
+
+def _shown(arg: Any) -> str:
+    """An argument of a pool call as a message shows it: a block handle as its block
+    (``block 1``, as the history and the table name it), anything else as its repr."""
+    block_id = getattr(arg, "id", None)
+    if isinstance(block_id, int) and not isinstance(block_id, bool) and hasattr(arg, "refcount"):
+        return f"block {block_id}"
+    return repr(arg)
