@@ -117,3 +117,19 @@ def test_a_race_a_motif_exposes_falls_to_random_at_once_and_replays_from_its_rep
     report = __import__("json").loads(outcome.report.read_text())
     again = replay_report(report)
     assert again.reproduced and again.tries == 1
+
+
+def test_ctrl_c_while_the_machine_shrinks_keeps_its_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during shrinking returns the failure as far as it was shrunk (the run then writes
+    its report), instead of losing it: a blind tester's interrupted run wrote no report."""
+    target = load_target("pools.broken:DoubleReleaseTruePool")
+    real_check = slices_module._MachineClock.check
+
+    def interrupted_once_shrinking(self: slices_module._MachineClock) -> None:
+        if self.found_at is not None and self.shrink_s != float("inf"):
+            raise KeyboardInterrupt  # the first shrink step
+        real_check(self)
+
+    monkeypatch.setattr(slices_module._MachineClock, "check", interrupted_once_shrinking)
+    found = slices_module.run_machine(target, 1, batches=False)
+    assert found is not None and found.invariant == "double-release"

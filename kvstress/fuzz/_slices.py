@@ -486,6 +486,16 @@ def run_machine(
             # search found nothing that replays.
             clock.shrink_s = math.inf
             return _run_as_test(timed, machine_settings(database, (Phase.reuse,)))
+        except KeyboardInterrupt:
+            if clock.found_at is None:
+                raise
+            # Ctrl-C while shrinking: the failure found is reported as far as it was shrunk,
+            # not lost (a blind tester's interrupted run wrote no report for a found bug).
+            clock.shrink_s = math.inf
+            found = _run_as_test(timed, machine_settings(database, (Phase.reuse,)))
+            if found is None:
+                raise
+            return found
     finally:
         if search_ended is not None and clock.found_at is not None:
             search_ended.append(clock.found_at)
