@@ -83,6 +83,8 @@ def test_a_lost_block_exits_1_and_its_replay_reproduces_it(
         (["--pool", "not a spec"], "the pool must be named MODULE:ATTR"),
         (["--pool", RESET, "--blocks", "3"], "--blocks must be >= 4"),
         (["--pool", RESET, "--model", "no-such-model"], "--model: "),
+        # a real card's geometry: 25 GiB of random weights (it ran a machine out of memory)
+        (["--pool", RESET, "--model", "llama-2-7b"], "GiB of float32 weights for the shadow decoder"),
         (["--pool", RESET, "--budget", "0"], "--budget must be > 0 seconds"),
         (["--pool", RESET, "--steps", "0"], "--steps must be >= 1"),
         (["--pool", RESET, "--json", "/no/such/folder/out.json"], "--json: the folder of"),

@@ -79,6 +79,19 @@ class _Layer:
     down: torch.Tensor  # (4 * hidden, hidden)
 
 
+MAX_WEIGHT_BYTES = 2 << 30
+"""The most float32 weight memory the shadow decoder builds: a 7B card's geometry took 26 GB of
+random weights, and a blind tester's machine's memory with them."""
+
+
+def weight_bytes(card: ModelCard) -> int:
+    """Bytes of the decoder's float32 weights for ``card``: embedding and head, and per layer the
+    QKV, output and MLP matrices and the norms."""
+    hidden, heads, kv, d = card.hidden_size, card.attention_heads, card.kv_heads, card.head_dim
+    layer = hidden * (heads + 2 * kv) * d + heads * d * hidden + 8 * hidden * hidden + 2 * hidden
+    return 4 * (2 * card.vocab_size * hidden + card.layers * layer + hidden)
+
+
 class TinyDecoder:
     """Embedding, per layer RMSNorm + grouped-query attention with RoPE + MLP, final norm, LM head.
 
@@ -98,6 +111,13 @@ class TinyDecoder:
             )
         if card.head_dim % 2:
             raise ValueError(f"card.head_dim must be even for RoPE, got {card.head_dim} (card {card.name})")
+        needed = weight_bytes(card)
+        if needed > MAX_WEIGHT_BYTES:
+            raise ValueError(
+                f"card {card.name} needs {needed / 2**30:.1f} GiB of float32 weights for the shadow "
+                f"decoder, more than its {MAX_WEIGHT_BYTES / 2**30:g} GiB: shadow runs a small card's "
+                "geometry (tiny, or a card of your own with fewer layers or a smaller hidden size)"
+            )
         self.card = card
         self.max_positions = positive_int("max_positions", max_positions)
         self._group = card.attention_heads // card.kv_heads
