@@ -17,6 +17,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 from kvstress.cli._logging import configure
 from kvstress.cli._parser import Parser, UsageError
@@ -56,7 +57,10 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
         "--memory-limit",
         default="auto",
         metavar="SIZE",
-        help="heap and private memory per fuzzing process, such as 4G, or none (auto: half the machine's)",
+        help=(
+            "heap and private memory per fuzzing process, such as 4G, or none "
+            "(0 is none too; auto: half the machine's)"
+        ),
     )
     parser.set_defaults(run=run)
 
@@ -86,10 +90,24 @@ def run(args: argparse.Namespace) -> int:
         memory_limit=limit,
     )
     streams = [shard + shards * w for w in range(args.workers)]
+    before = _reports_in(args.report_dir)
     with _terminated_as_interrupted() as terminated:
         result = _supervised(job, streams)
     status = _say(result, args)
+    if result.outcome.report is not None:
+        # Workers stopped after the first finding may each have written one of their own.
+        others = sorted(_reports_in(args.report_dir) - before - {Path(result.outcome.report).resolve()})
+        for other in others:
+            print(f"also found by another worker: {other}")
     return 128 + signal.SIGTERM if terminated and status == 130 else status
+
+
+def _reports_in(folder: str) -> set[Path]:
+    """The JSON reports in ``folder`` now (none where it cannot be read)."""
+    try:
+        return {path.resolve() for path in Path(folder).glob("*.json")}
+    except OSError:
+        return set()
 
 
 @contextlib.contextmanager

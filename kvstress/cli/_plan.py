@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 
 from kvstress._format import gib, human_bytes, table
@@ -73,6 +74,13 @@ def run(args: argparse.Namespace) -> int:
         device_memory_gib=args.device_memory_gib,
     )
     print(json.dumps(result.to_dict(), indent=2) if args.json else _plan_table(result, card))
+    if args.seq_len > card.max_context:
+        # A plan is arithmetic and still printed; the model itself cannot attend that far.
+        print(
+            f"kvstress: warning: --seq-len {args.seq_len:,} is past {card.name}'s context of "
+            f"{card.max_context:,} tokens",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -437,6 +437,11 @@ def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: A
             resource.setrlimit(resource.RLIMIT_DATA, (job.memory_limit, job.memory_limit))
     _flight.attach(record)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # started ignored: see _start_clear_of_cwd
+    if job.report_dir:  # the run's events, beside its reports, as the parent's own go there
+        from kvstress.cli._logging import configure
+
+        with contextlib.suppress(Exception):  # no events file is no reason to stop fuzzing
+            configure(job.report_dir, console=False)
     from kvstress.fuzz._run import fuzz
     from kvstress.fuzz._target import load_target
 
