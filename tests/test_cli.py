@@ -112,6 +112,19 @@ def test_version_prints_the_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"kvstress {kvstress.__version__}"
 
 
+def test_a_length_past_the_cards_context_is_planned_with_a_warning(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The arithmetic is still printed, and stderr says the model cannot attend that far."""
+    assert main(["plan", "--model", "llama-2-7b", "--concurrency", "4", "--seq-len", "100000"]) == 0
+    captured = capsys.readouterr()
+    assert "N_pool" in captured.out
+    assert captured.err.strip() == (
+        "kvstress: warning: --seq-len 100,000 is past llama-2-7b's context of 4,096 tokens"
+    )
+    assert main(LLAMA2) == 0 and capsys.readouterr().err == ""
+
+
 def test_human_output_is_a_table_of_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
     """The human output shows block size in MiB, N_min, N_pool, the split and the pool in GiB."""
     assert main(LLAMA2) == 0

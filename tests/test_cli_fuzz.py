@@ -64,7 +64,8 @@ def test_a_violation_exits_1_and_writes_json_and_html(
     assert report["schedule"].startswith("ks1:") and report["history"] and report["blocks"]
     assert report["replay"] == f"kvstress replay {reports[0]}" or str(reports[0].name) in report["replay"]
     assert reports[0].with_suffix(".html").read_text().startswith("<!DOCTYPE html>")
-    assert (cwd / "reports" / "events.jsonl").exists()
+    events = (cwd / "reports" / "events.jsonl").read_text().splitlines()  # the children's too
+    assert any(json.loads(line)["event"] == "fuzz.start" for line in events), events
 
 
 def test_replay_reproduces_exactly(found: tuple[subprocess.CompletedProcess[str], Path]) -> None:
@@ -110,7 +111,7 @@ def test_report_prints_and_rerenders(found: tuple[subprocess.CompletedProcess[st
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--backend", "trio"], "threaded pool"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--report-dir", "/dev/null/r"], "--report-dir"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--report-dir", "/proc/x"], "--report-dir"),
-        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--blocks", "0"], "num_blocks"),
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--blocks", "0"], "--blocks must be an int >= 1"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--shard", "2/2"], "--shard"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--strategy", "magic"], "--strategy"),
         (["replay", "missing.json"], "cannot read"),

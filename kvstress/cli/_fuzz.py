@@ -81,7 +81,11 @@ def run(args: argparse.Namespace) -> int:
         backend = args.backend or "asyncio"
         target = load_target(args.pool, num_blocks=args.blocks, block_shape=shape, backend=backend)
     except TargetError as error:
-        raise UsageError(str(error)) from None
+        # The API names its parameters; on the command line the user wrote the flags.
+        said = str(error)
+        for name, flag in (("num_blocks", "--blocks"), ("block_shape", "--block-shape")):
+            said = f"{flag}{said.removeprefix(name)}" if said.startswith(f"{name} ") else said
+        raise UsageError(said) from None
     if args.backend is not None and not target.is_async:
         raise UsageError(f"--backend {args.backend} applies to async pools; {args.pool} is a threaded pool")
     configure(args.report_dir)
