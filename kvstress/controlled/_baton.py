@@ -244,6 +244,8 @@ class ThreadController:
         self._was_runnable: list[int] = []
         self._was_known = 0  # threads started by the decision before (a new one is not woken)
         self._fires_timers = int(getattr(scheduler, "fires_timers", 0))  # a Schedule.timers level
+        # An explored test's sleepers-only level: early timers bounded per runnable thread.
+        self._bounded_sleepers = 0 < self._fires_timers < ALL_TIMERS
         self._late_timers = bool(getattr(scheduler, "late_timers", False))  # see ``_late_jump``
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
@@ -493,6 +495,7 @@ class ThreadController:
         live = False
         now = self.now
         oldest = now  # since when the longest-runnable thread has been runnable (``_sleepers``)
+        bounded = self._bounded_sleepers  # kept only where it bounds early timers
         for thread in self.threads:
             if not thread.finished:
                 live = live or not thread.daemon
@@ -501,12 +504,13 @@ class ThreadController:
                     if waiting is not None:  # its descriptor is ready
                         thread.waiting, thread.deadline = None, None
                     runnable.append(thread.tid)
-                    since = thread.ready_since
-                    if since is None:
-                        thread.ready_since = now
-                    elif since < oldest:
-                        oldest = since
-                else:
+                    if bounded:
+                        since = thread.ready_since
+                        if since is None:
+                            thread.ready_since = now
+                        elif since < oldest:
+                            oldest = since
+                elif bounded:
                     thread.ready_since = None
         if not live:
             if not self.aborting:
@@ -515,8 +519,9 @@ class ThreadController:
         if not runnable:
             runnable = self._advance_time()
             oldest = self.now  # the threads it woke are runnable from now
-            for tid in runnable:
-                self.threads[tid].ready_since = oldest
+            if bounded:
+                for tid in runnable:
+                    self.threads[tid].ready_since = oldest
             if not runnable:
                 if all(t.finished for t in self.threads):
                     return None

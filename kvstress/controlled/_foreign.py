@@ -5,8 +5,9 @@ A pool may zero its released blocks on a thread of its own (a reset worker fed b
 ``run_coroutine_threadsafe``. The controlled loop runs on virtual time and cannot see into that
 thread: with nothing ready it moved time on at once, a quiet check waited out its settle bound
 in no real time at all, and a correct pool was reported as losing the block (a blind sweep's
-design). So while a controlled run goes on, a thread started from the loop's thread is watched
-(``ThreadWatch.started``), and an idle loop does not move virtual time while one is at work:
+design). So a thread started while a controlled loop exists is watched (``ThreadWatch``; seen in
+``threading.enumerate()``, no patch of ``Thread.start``), and an idle loop does not move virtual
+time while one is at work:
 it waits in real time, as a real loop's clock would run on meanwhile.
 
 "At work" is read from the kernel (Linux's ``/proc``; elsewhere no thread is ever seen at work,
@@ -61,21 +62,28 @@ def _sample(native_id: int) -> tuple[int, int] | None:
 
 
 class ThreadWatch:
-    """The threads started from one loop's thread while it ran, and what each last showed.
+    """The threads started since one loop was made, and what each last showed.
 
     Invariant: ``_ran`` holds, per watched thread, the CPU time it had when last looked at; a
-    thread is dropped once it has ended.
+    thread is dropped once it has ended (or let be). ``_known`` is every thread seen so far:
+    those alive as the loop was made are never watched (a pool of an earlier run, pytest's).
     """
 
     def __init__(self) -> None:
         self._threads: list[threading.Thread] = []
         self._ran: dict[threading.Thread, int] = {}
         self._enabled = watching_possible()
+        self._known: set[threading.Thread] = set(threading.enumerate()) if self._enabled else set()
 
-    def started(self, thread: threading.Thread) -> None:
-        """Watch ``thread``, just started from the loop's thread."""
-        if self._enabled:
-            self._threads.append(thread)
+    def look_for_new(self) -> None:
+        """Watch the threads started since the last look (the code's own: a reset worker)."""
+        if not self._enabled:
+            return
+        for thread in threading.enumerate():
+            if thread not in self._known:
+                self._known.add(thread)
+                if thread is not threading.current_thread():
+                    self._threads.append(thread)
 
     def let_be(self) -> None:
         """Stop watching the threads at work now: each has worked for ``SUBMITTED_WAIT_S`` on

@@ -191,7 +191,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_submitted_stale: set[concurrent.futures.Future[Any]] = set()
         self._kv_submit_lock = threading.Lock()
         self._kv_real: float | None = None  # while work is out in threads: real time last read
-        self._kv_watch = ThreadWatch()  # threads started from this loop's thread, watched at idle
+        self._kv_watch = ThreadWatch()  # threads started since this loop was made, watched at idle
         self._kv_foreign = False  # an idle loop is waiting for one of them now
         self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
@@ -340,11 +340,6 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         with self._kv_submit_lock:
             self._kv_submitted.add(future)
         future.add_done_callback(self._kv_submitted_back)
-
-    def thread_started(self, thread: threading.Thread) -> None:
-        """A thread was started from this loop's thread (the code's own reset worker, say): an
-        idle loop does not move virtual time while it is at work (``_wait_for_foreign``)."""
-        self._kv_watch.started(thread)
 
     def _kv_submitted_back(self, future: concurrent.futures.Future[Any]) -> None:
         with self._kv_submit_lock:  # in the worker's thread, or this one if it was done
@@ -640,6 +635,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if not waited:
                 with self._kv_submit_lock:  # still running: long-lived, time moves on without them
                     self._kv_submitted_stale = set(self._kv_submitted)
+        self._kv_watch.look_for_new()  # a thread the code started since (a reset worker)
         if self._kv_watch:
             waited = self._wait_for_foreign()
             if waited is None:
@@ -697,14 +693,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         began = time.perf_counter()
         try:
             while True:
-                when = self._next_timer()
-                wait = FOREIGN_POLL_S if when is None else min(FOREIGN_POLL_S, max(0.0, when - self._kv_now))
-                back = self._kv_woken.wait(wait)
-                self._kv_follow_real()
-                if back or self._kv_inbox:
-                    return None
-                if when is not None and self._kv_now >= when:
-                    return True
+                waited = self._wait_for_threads(FOREIGN_POLL_S)  # one look's worth of real time
+                if waited is not False:
+                    return waited  # something came back, or the next timer is due
                 if not watch.at_work():
                     return None if self._kv_inbox else False
                 if time.perf_counter() - began > SUBMITTED_WAIT_S:

@@ -14,9 +14,6 @@ the loop moved virtual time past a quiet check while the worker was zeroing, and
 was reported as losing the block. So ``ThreadPoolExecutor.submit`` is wrapped too: a submission
 made on a controlled loop's thread is counted by the loop (``submitted``) until it is done.
 
-A thread the code starts for itself (a reset worker fed by a queue) is watched by the loop whose
-thread started it (``threading.Thread.start`` is wrapped too; see ``_foreign``).
-
 So while a controlled run goes on, ``anyio.to_thread.run_sync`` and ``trio.to_thread.run_sync``
 (the public functions, looked up on their modules by callers, anyio's own file and DNS helpers
 included) are wrapped. On a controlled asyncio loop a call is counted by the loop
@@ -46,7 +43,6 @@ _real: dict[str, _AsyncFn] = {}  # module name -> its run_sync, while wrapped
 _trio_work: dict[object, int] = {}  # trio run (its token) -> calls out in threads
 _trio_jumps: dict[object, float] = {}  # trio run -> its MockClock's autojump threshold, while off
 _real_submit: list[Callable[..., Future[Any]]] = []  # ThreadPoolExecutor.submit, while wrapped
-_real_start: list[Callable[[threading.Thread], None]] = []  # threading.Thread.start, while wrapped
 
 
 class _CountsThreadWork(Protocol):
@@ -68,8 +64,6 @@ def following_thread_work() -> Iterator[None]:
                     namespace["run_sync"] = _counted(namespace["run_sync"])
             _real_submit.append(ThreadPoolExecutor.submit)
             ThreadPoolExecutor.submit = _counted_submit(ThreadPoolExecutor.submit)  # type: ignore[method-assign]
-            _real_start.append(threading.Thread.start)
-            threading.Thread.start = _watched_start(threading.Thread.start)  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -84,9 +78,6 @@ def following_thread_work() -> Iterator[None]:
                 real_submit = _real_submit.pop()
                 if getattr(ThreadPoolExecutor.submit, "__wrapped__", None) is real_submit:
                     ThreadPoolExecutor.submit = real_submit  # type: ignore[method-assign]
-                real_start = _real_start.pop()
-                if getattr(threading.Thread.start, "__wrapped__", None) is real_start:
-                    threading.Thread.start = real_start  # type: ignore[method-assign]
 
 
 def _counted_submit(real: Callable[..., Future[Any]]) -> Callable[..., Future[Any]]:
@@ -104,21 +95,6 @@ def _counted_submit(real: Callable[..., Future[Any]]) -> Callable[..., Future[An
         return future
 
     return submit
-
-
-def _watched_start(real: Callable[[threading.Thread], None]) -> Callable[[threading.Thread], None]:
-    @functools.wraps(real)
-    def start(self: threading.Thread) -> None:
-        real(self)
-        try:
-            loop: Any = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        started = getattr(loop, "thread_started", None)
-        if callable(started):  # a controlled asyncio loop's thread: it watches the new thread
-            started(self)
-
-    return start
 
 
 def trio_thread_work() -> int:

@@ -12,7 +12,6 @@ import inspect
 import os
 import re
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from kvstress._checks import check_block_shape, check_num_blocks
 from kvstress.controlled._patch import resolve_modules
 from kvstress.controlled._reach import reached_modules
 from kvstress.harness._driver import PROTOCOL, is_async_factory
+from kvstress.harness._runner import Abandoned, run_on_a_thread
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 BACKENDS = ("asyncio", "trio")
@@ -161,20 +161,15 @@ def _check_backend(
         """What the round raised on ``on`` (None: it ran). A round that will not end even when
         cancelled (a pool that blocks its loop) is no verdict: it is left in a daemon thread, and
         the search, in processes of its own, reports the pool."""
-        outcome: list[BaseException | None] = []
-
-        def run() -> None:
-            try:
-                anyio.run(bounded_round, backend=on)
-            except Exception as error:
-                outcome.append(error)
-            else:
-                outcome.append(None)
-
-        probe = threading.Thread(target=run, name=f"kvstress-probe-{on}", daemon=True)
-        probe.start()
-        probe.join(2 * PROBE_BOUND_S)
-        return outcome[0] if outcome else None
+        try:
+            run_on_a_thread(
+                lambda: anyio.run(bounded_round, backend=on), 2 * PROBE_BOUND_S, name=f"kvstress-probe-{on}"
+            )
+        except Abandoned:
+            return None
+        except (Exception, SystemExit) as error:
+            return error
+        return None
 
     error = fails(backend)
     if error is None:
@@ -234,29 +229,22 @@ def _build(spec: str, factory: Callable[..., Any], blocks: int, shape: tuple[int
     async def make_in_loop() -> Any:
         return make()
 
-    built: list[Any] = []
-    failed: list[BaseException] = []
-
-    def build() -> None:
-        try:
-            if is_async_factory(factory) is False:
-                built.append(make())
-            else:
-                built.append(anyio.run(make_in_loop, backend=backend))  # async pools may need a loop
-        except (Exception, SystemExit) as error:
-            failed.append(error)
+    def build() -> Any:
+        if is_async_factory(factory) is False:
+            return make()
+        return anyio.run(make_in_loop, backend=backend)  # async pools may need a running loop
 
     # On a thread of its own, bounded: a constructor that blocks hung `kvstress fuzz` for ever,
     # before any output (a blind tester's pool sleeping in __init__).
-    builder = threading.Thread(target=build, name="kvstress-build", daemon=True)
-    builder.start()
-    builder.join(BUILD_BOUND_S)
     call = f"{spec}({blocks}, {shape}, dtype=torch.float32, device=None)"
-    if failed:
-        raise TargetError(f"{call} raised {type(failed[0]).__name__}: {failed[0]}") from None
-    if not built:
-        raise TargetError(f"{call} did not return within {BUILD_BOUND_S:g} s: its constructor blocks")
-    return built[0]
+    try:
+        return run_on_a_thread(build, BUILD_BOUND_S, name="kvstress-build")
+    except Abandoned:
+        raise TargetError(
+            f"{call} did not return within {BUILD_BOUND_S:g} s: its constructor blocks"
+        ) from None
+    except (Exception, SystemExit) as error:
+        raise TargetError(f"{call} raised {type(error).__name__}: {error}") from None
 
 
 def _a(name: str) -> str:
