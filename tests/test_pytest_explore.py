@@ -164,7 +164,7 @@ def test_with_given(number):
     pass
 """
 
-REPLAY = re.compile(r"replay:   pytest --kvstress-replay=(ks1:[A-Za-z0-9_-]+) (\S+)")
+REPLAY = re.compile(r"replay:   pytest --kvstress-replay=(ks1:[A-Za-z0-9_-]+) '?([^\s']+)'?")
 
 
 def _suite(pytester: pytest.Pytester) -> None:
@@ -266,7 +266,8 @@ def test_a_replay_command_quotes_a_node_id_a_shell_would_split() -> None:
     def command(nodeid: str) -> str:
         return _replay_hint(SimpleNamespace(nodeid=nodeid)).format("ks1:AB")  # type: ignore[arg-type]
 
-    assert command("t.py::test[0-asyncio]") == "pytest --kvstress-replay=ks1:AB t.py::test[0-asyncio]"
+    assert command("t.py::test") == "pytest --kvstress-replay=ks1:AB t.py::test"
+    assert command("t.py::test[0-asyncio]") == "pytest --kvstress-replay=ks1:AB 't.py::test[0-asyncio]'"
     assert command("t.py::test[two words]") == "pytest --kvstress-replay=ks1:AB 't.py::test[two words]'"
     assert command("t.py::test[a;b]") == "pytest --kvstress-replay=ks1:AB 't.py::test[a;b]'"
     assert command("t.py::test[x'y]") == """pytest --kvstress-replay=ks1:AB 't.py::test[x'"'"'y]'"""

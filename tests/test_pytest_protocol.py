@@ -188,7 +188,7 @@ def test_a_later_module_runs():
     pass
 """
 
-REPLAY = re.compile(r"replay:   pytest --kvstress-replay=(ks1:[A-Za-z0-9_-]+) (\S+)")
+REPLAY = re.compile(r"replay:   pytest --kvstress-replay=(ks1:[A-Za-z0-9_-]+) '?([^\s']+)'?")
 
 
 def _suite(pytester: pytest.Pytester) -> None:

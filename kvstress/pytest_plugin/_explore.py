@@ -39,7 +39,7 @@ _FACTORY = "kvstress"  # our loop factory's name (pytest-asyncio hides it from t
 _FACTORIES = "kvstress-explore-loop"  # the plugin that offers it
 
 MARKER_NAME = "kvstress_explore"
-_SHELL_SAFE = re.compile(r"[\w@%+=:,./\[\]-]+")  # a node id bash takes as it is (brackets too)
+_SHELL_SAFE = re.compile(r"[\w@%+=:,./-]+")  # a node id every shell takes as it is (zsh globs brackets)
 MARKER = (
     f"{MARKER_NAME}(schedules=200, strategy='pct', seed=None, modules=()): run the test under up to "
     "that many controlled schedules (kvstress.explore), stopping at the first failure"
@@ -420,7 +420,8 @@ def _nothing(**fixtures: Any) -> None:
 
 def _replay_hint(item: pytest.Function) -> str:
     """The replay command for ``item``, its ``{}`` taking the schedule; the node id quoted for a
-    shell where it needs it (a parametrize id with a space, a quote, a ``;``)."""
+    shell where it needs it (a parametrize id: brackets, which zsh takes as a glob, a space, a
+    quote, a ``;``)."""
     nodeid = item.nodeid if _SHELL_SAFE.fullmatch(item.nodeid) else shlex.quote(item.nodeid)
     return "pytest --kvstress-replay={} " + nodeid.replace("{", "{{").replace("}", "}}")
 
