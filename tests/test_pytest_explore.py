@@ -257,8 +257,9 @@ def test_a_pytest_asyncio_test_that_never_ends_fails_at_an_hour(pytester: pytest
 
 def test_a_replay_command_quotes_a_node_id_a_shell_would_split() -> None:
     """Parametrize ids with a space, a ``;`` or a quote are quoted (pasted as printed, ``[two
-    words]`` ran ``words]`` as a second path, and ``[a;b]`` a second command); plain ids, brackets
-    included, stay as pytest prints them; braces survive the schedule's formatting."""
+    words]`` ran ``words]`` as a second path, and ``[a;b]`` a second command), and so are ids with
+    brackets (zsh takes them as a glob: "no matches found"); plain ids stay as pytest prints
+    them; braces survive the schedule's formatting."""
     from types import SimpleNamespace
 
     from kvstress.pytest_plugin._explore import _replay_hint

@@ -223,3 +223,127 @@ def test_a_thread_a_fixture_leaves_running_is_refused_not_a_finding(pytester: py
     result = _run(pytester)
     result.assert_outcomes(errors=1)
     assert "a thread a fixture starts cannot be scheduled; start it in the test itself" in result.stdout.str()
+
+
+RESET_THREAD_SUITE = """
+import asyncio
+import queue
+import threading
+from collections import deque
+
+import pytest
+import pytest_asyncio
+
+
+class ResetThreadPool:
+    '''Released blocks are zeroed by a worker thread, started in the constructor, and handed back
+    on the loop with call_soon_threadsafe.'''
+
+    def __init__(self, size, notify=True):
+        self.free = deque(range(size))
+        self.notify = notify
+        self.work = queue.Queue()
+        self.changed = None
+        self.thread = threading.Thread(target=self._zero_and_offer, daemon=True)
+        self.thread.start()
+
+    def _zero_and_offer(self):
+        while (item := self.work.get()) is not None:
+            loop, block = item
+            loop.call_soon_threadsafe(self._offer, block)
+
+    def _offer(self, block):
+        self.free.append(block)
+        if self.notify:
+            asyncio.ensure_future(self._wake())
+
+    async def _wake(self):
+        async with self.changed:
+            self.changed.notify()
+
+    async def acquire(self, timeout):
+        self.changed = self.changed or asyncio.Condition()
+        async with self.changed:
+            async with asyncio.timeout(timeout):
+                await self.changed.wait_for(lambda: self.free)
+            return self.free.popleft()
+
+    async def release(self, block):
+        self.work.put((asyncio.get_running_loop(), block))
+
+    def close(self):
+        self.work.put(None)
+        self.thread.join()
+
+
+MODULE_POOL = ResetThreadPool(1)
+
+
+@pytest.fixture
+def pool():
+    made = ResetThreadPool(1)
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="session")
+def shared_pool():
+    made = ResetThreadPool(1)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def silent_pool():
+    made = ResetThreadPool(1, notify=False)
+    yield made
+    made.close()
+
+
+async def hand_over(pool):
+    pool.changed = None  # a Condition of this schedule's loop
+    block = await pool.acquire(1.0)
+    waiter = asyncio.ensure_future(pool.acquire(0.5))
+    await asyncio.sleep(0)
+    await pool.release(block)
+    assert await waiter == block
+    await pool.release(block)
+    await pool.acquire(0.5)  # back before this schedule's loop closes: the pool outlives it
+    pool.free.append(block)
+
+
+@pytest.mark.kvstress_explore(schedules=30, seed=0)
+async def test_function_fixture(pool):
+    await hand_over(pool)
+
+
+@pytest.mark.kvstress_explore(schedules=30, seed=0)
+async def test_session_fixture(shared_pool):
+    await hand_over(shared_pool)
+
+
+@pytest.mark.kvstress_explore(schedules=30, seed=0)
+async def test_module_level():
+    await hand_over(MODULE_POOL)
+
+
+@pytest.mark.kvstress_explore(schedules=30, seed=0)
+async def test_never_woken(silent_pool):
+    await hand_over(silent_pool)
+"""
+
+
+def test_a_reset_thread_started_before_the_loop_is_waited_for(pytester: pytest.Pytester) -> None:
+    """A pool built by a fixture (function or session scope) or at import starts its reset worker
+    before the schedule's loop exists: the loop watches it as one started meanwhile. Before, the
+    idle loop moved virtual time past the waiter's 0.5 s while the worker was handing the block
+    back, and each correct test failed with TimeoutError; the pool that never wakes its waiter
+    still fails."""
+    pytester.makeini(INI)
+    pytester.makepyfile(test_reset_thread=RESET_THREAD_SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(passed=3, failed=1)
+    out = result.stdout.str()
+    assert "FAILED test_reset_thread.py::test_never_woken - TimeoutError" in out
+    for name in ("function_fixture", "session_fixture", "module_level"):
+        assert f"test_reset_thread.py::test_{name}: explored 30 schedules" in out

@@ -25,6 +25,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 PARKED_STATES = frozenset(b"STtZXPI")
 """Kernel thread states of a thread that is not running and not about to (sleeping, stopped,
@@ -37,6 +39,22 @@ since it was last looked at is still at work: one waiting for the lock is woken 
 and is then runnable, or runs."""
 
 _TASKS = "/proc/self/task"
+
+_adopted: Callable[[], Iterable[threading.Thread]] = tuple
+"""The threads, started before it, that a loop made now watches too (``adopting``)."""
+
+
+@contextmanager
+def adopting(threads: Callable[[], Iterable[threading.Thread]]) -> Iterator[None]:
+    """Loops made inside watch ``threads()`` (read as each loop is made) as if started since: the
+    code's own threads started earlier (a pytest fixture's pool, built before the loop that runs
+    the test, starts its reset worker in its constructor)."""
+    global _adopted
+    outer, _adopted = _adopted, threads
+    try:
+        yield
+    finally:
+        _adopted = outer
 
 
 def watching_possible() -> bool:
@@ -66,14 +84,17 @@ class ThreadWatch:
 
     Invariant: ``_ran`` holds, per watched thread, the CPU time it had when last looked at; a
     thread is dropped once it has ended (or let be). ``_known`` is every thread seen so far:
-    those alive as the loop was made are never watched (a pool of an earlier run, pytest's).
+    those alive as the loop was made are never watched (a pool of an earlier run, pytest's),
+    unless adopted (``adopting``).
     """
 
     def __init__(self) -> None:
         self._threads: list[threading.Thread] = []
         self._ran: dict[threading.Thread, int] = {}
         self._enabled = watching_possible()
-        self._known: set[threading.Thread] = set(threading.enumerate()) if self._enabled else set()
+        self._known: set[threading.Thread] = (
+            set(threading.enumerate()).difference(_adopted()) if self._enabled else set()
+        )
 
     def look_for_new(self) -> None:
         """Watch the threads started since the last look (the code's own: a reset worker)."""

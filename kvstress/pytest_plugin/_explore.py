@@ -22,6 +22,7 @@ import inspect
 import re
 import shlex
 import threading
+import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -83,6 +84,22 @@ class ExploredTests:
         self._looped: set[str] = set()  # tests pytest-asyncio parametrised with our loop factory
         self._active: Run | None = None  # the exploration whose copies run now
         self._scopes: list[str] = []  # the scopes of the fixtures being set up now, innermost last
+        # Threads the suite's own code started as fixtures were set up or modules collected (a
+        # pool's reset worker): an explored test's loop watches those alive, as it does the
+        # threads started while it runs, though they were started before it was made.
+        self._code_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+    def _alive_code_threads(self) -> list[threading.Thread]:
+        return [thread for thread in self._code_threads if thread.is_alive()]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection(self, session: pytest.Session) -> Generator[None, object, object]:
+        """Note the threads test modules start as they are imported (a module-level pool's)."""
+        before = set(threading.enumerate())
+        try:
+            return (yield)
+        finally:
+            self._code_threads.update(set(threading.enumerate()) - before)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
@@ -93,8 +110,11 @@ class ExploredTests:
         run = self._run(item, marker)
         run.on_loop = item.nodeid.partition("[")[0] in self._looped
         self._active = run
+        from kvstress.controlled._foreign import adopting
+
         try:
-            run_schedules(item, nextitem, run)
+            with adopting(self._alive_code_threads):
+                run_schedules(item, nextitem, run)
         finally:
             self._active = None
         return True
@@ -125,21 +145,26 @@ class ExploredTests:
     ) -> Generator[None, object, object]:
         """Keep the scope of each fixture being set up while a marked test runs: only a
         function-scoped event loop (its runner fixture's) is one schedule's. And the threads a
-        function-scoped fixture starts (its own code: its dependencies were set up before), which
-        an explored thread test cannot schedule (``_refuse_fixture_threads``); a wider fixture's
-        threads outlive the test and are left alone."""
+        fixture starts, of any test: an explored async test's loop watches them (a pool's reset
+        worker); those a function-scoped fixture of a marked test starts (its own code: its
+        dependencies were set up before) an explored thread test cannot schedule
+        (``_refuse_fixture_threads``); a wider fixture's threads outlive the test."""
         run = self._active
+        before = set(threading.enumerate())
         if run is None:
-            return (yield)
+            try:
+                return (yield)
+            finally:
+                self._code_threads.update(set(threading.enumerate()) - before)
         self._scopes.append(fixturedef.scope)
-        started = run.setup_threads if fixturedef.scope == "function" else None
-        before = set(threading.enumerate()) if started is not None else set()
         try:
             return (yield)
         finally:
             self._scopes.pop()
-            if started is not None:
-                started.update(set(threading.enumerate()) - before)
+            started = set(threading.enumerate()) - before
+            self._code_threads.update(started)
+            if fixturedef.scope == "function" and run.setup_threads is not None:
+                run.setup_threads.update(started)
 
     def new_loop(self) -> asyncio.AbstractEventLoop:
         """The loop factory pytest-asyncio calls for an explored test's event loop: a controlled
