@@ -11,6 +11,7 @@ the harness itself) keeps the real primitives.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import concurrent
 import concurrent.futures
 import contextlib
@@ -328,7 +329,9 @@ def _swapped(
     followed: list[type] = []  # subclasses of the real Thread defined in the modules, counted
     modules = tuple(modules)
     names = {module.__name__ for module in modules}
+    importing = [vars(module) for module in modules]
     try:
+        _imports_swapped(importing, swaps)
         for module in modules:
             namespace = vars(module)
             for name, value in list(namespace.items()):
@@ -346,6 +349,7 @@ def _swapped(
             _follow(followed, undo)
         yield
     finally:
+        _imports_restored(importing)
         for cls in followed:
             _coop.FOLLOWED[cls] -= 1
             if not _coop.FOLLOWED[cls]:
@@ -359,6 +363,57 @@ def _swapped(
                     setattr(place, name, real)
             elif vars(place).get(name) is stand_in:
                 setattr(place, name, real)
+
+
+_importers: dict[int, list[dict[int, tuple[object, object]]]] = {}
+"""id(a swapped module's namespace) -> the swaps its ``import`` statements get, innermost last."""
+_importers_lock = threading.Lock()
+_real_import: list[Callable[..., Any]] = []  # builtins.__import__, while ours stands in
+
+
+def _import(
+    name: str,
+    globals: dict[str, Any] | None = None,
+    locals: Any = None,
+    fromlist: Any = (),
+    level: int = 0,
+) -> Any:
+    """``builtins.__import__`` while modules are swapped: an ``import time`` (or ``from time
+    import monotonic``) inside a swapped module's function gets the stand-in its module-level
+    name has, as the module's own name does. Every other import is the real one."""
+    module = _real_import[0](name, globals, locals, fromlist, level)
+    found = _importers.get(id(globals)) if globals is not None else None
+    if found:
+        swap = found[-1].get(id(module))
+        if swap is not None and swap[0] is module:
+            return swap[1]
+    return module
+
+
+def _imports_swapped(namespaces: list[dict[str, Any]], swaps: dict[int, tuple[object, object]]) -> None:
+    """Route the imports made inside ``namespaces``' code through ``_import`` (a function-local
+    ``import time`` read the real clock: a correct pool's deadline never came on virtual time,
+    reported as a hang)."""
+    with _importers_lock:
+        for namespace in namespaces:
+            _importers.setdefault(id(namespace), []).append(swaps)
+        if not _real_import and _importers:
+            _real_import.append(builtins.__import__)
+            builtins.__import__ = _import  # type: ignore[assignment]
+
+
+def _imports_restored(namespaces: list[dict[str, Any]]) -> None:
+    with _importers_lock:
+        for namespace in namespaces:
+            stack = _importers.get(id(namespace))
+            if stack:
+                stack.pop()
+                if not stack:
+                    del _importers[id(namespace)]
+        if _real_import and not _importers:
+            if builtins.__import__ is _import:
+                builtins.__import__ = _real_import[0]
+            _real_import.clear()
 
 
 def _swap_bound(value: object, swaps: dict[int, tuple[object, object]], undo: list[_Undo]) -> None:
