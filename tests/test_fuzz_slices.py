@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import time
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,10 @@ def test_random_runs_every_motif_first_then_one_execution_in_four(monkeypatch: p
         return real_search(config, scheduler, **limits)  # type: ignore[arg-type]
 
     monkeypatch.setattr(slices_module, "search", recorded)
+    # The slice's clock moves 5 ms a reading, whatever the machine's load: on a loaded machine a
+    # real 0.6 s ran out before the first pass was over (a CI rehearsal beside other jobs).
+    ticks = itertools.count(1)
+    monkeypatch.setattr(slices_module, "time", SimpleNamespace(monotonic=lambda: next(ticks) * 0.005))
     target = load_target("kvstress:ThreadedBlockPool")
     programs = motifs(target.num_blocks, target.is_async)
     memo: dict[str, object] = {}
