@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 

@@ -1,11 +1,17 @@
-"""The harness's operations for ``acquire_many``, an optional protocol member: checked wherever
-a pool has it, skipped where it does not.
+"""The harness's operations for ``acquire_many`` and ``release_many``, optional protocol members:
+checked wherever a pool has them, skipped where it does not.
 
 What any correct ``acquire_many(n, timeout)`` promises, however it waits (FIFO-fair or not):
 it returns ``n`` distinct fresh blocks or None, and None takes nothing (all or nothing); a
 try-once with ``n`` blocks held by nobody, alone, is not None; a batch waiter is not left
 waiting while ``n`` blocks sit free; a cancelled call holds nothing. Nothing here asks for an
 order among waiters, so a pool that serves batches and single acquires in any order passes.
+
+``release_many(blocks)`` is ``release`` of each block in one call: each block's release is its
+own operation in the history, all begun and ended at the call's two instants (the model then
+lets each take effect anywhere within the call, in any order). Its answer, where it is a list
+of one bool per block, is held to what ``release`` answers; anything else says nothing, and
+the quiet check that follows still finds a block that did not come back.
 """
 
 from __future__ import annotations
@@ -24,6 +30,55 @@ class BatchOperations(Operations):
     def has_acquire_many(self) -> bool:
         """Whether the pool has the optional ``acquire_many``."""
         return callable(getattr(self.pool, "acquire_many", None))
+
+    @property
+    def has_release_many(self) -> bool:
+        """Whether the pool has the optional ``release_many``."""
+        return callable(getattr(self.pool, "release_many", None))
+
+    async def op_release_many(self, holder: str, block_ids: list[int]) -> None:
+        """Verify each canary, then one ``release_many`` of the blocks (distinct, each held by
+        ``holder``); alone, each answer is True exactly for a last reference."""
+        for block_id in block_ids:
+            await self.op_verify(holder, block_id)
+        handles = [self.ledger.handles[block_id] for block_id in block_ids]
+        lasts = [self.ledger.give_up(holder, block_id) for block_id in block_ids]
+        begun = self._stamp()
+        indexes = []
+        for block_id in block_ids:
+            self._count_release()
+            indexes.append(self.history.begin(holder, "release", {"block": block_id, "many": True}, begun))
+        with self.ledger.lock:
+            for block_id in block_ids:
+                self.ledger.releasing[block_id] += 1
+        try:
+            try:
+                answer = await self._call(indexes[0], "release_many", self.pool.release_many, handles)
+            except BaseException:
+                ended = self._stamp()  # the first is ended (raised, or cancelled): the rest alike
+                for index in indexes[1:]:
+                    self.history.end(index, ended, "info", "release_many did not return")
+                raise
+            answers, known = _per_block(answer, len(block_ids))
+            ended = self._stamp()
+            for index, block_id, handle, returned, last in zip(
+                indexes, block_ids, handles, answers, lasts, strict=True
+            ):
+                shown = returned if known else None
+                self.history.end(index, ended, "ok", shown, self._offer_deferred(returned and last, handle))
+                if (returned is True) if known else last:
+                    with self.ledger.lock:
+                        counter = self.ledger.returned if known else self.ledger.unanswered
+                        counter[block_id] += 1
+            if self.sequential and known:
+                for block_id, handle, returned, last in zip(block_ids, handles, answers, lasts, strict=True):
+                    checkers.check_release_result(block_id, returned, last)
+                    if not last:
+                        remaining = self.ledger.open[block_id].total_refs
+                        checkers.check_refcount(block_id, self._refcount(handle), remaining, "release")
+        finally:
+            for block_id, handle in zip(block_ids, handles, strict=True):
+                self._release_over(block_id, handle)
 
     async def op_acquire_many(self, holder: str, n: int, timeout: float | None) -> list[int] | None:
         """acquire_many, then: None, or n distinct valid ids nobody holds, each ACQUIRED with
@@ -75,3 +130,12 @@ class BatchOperations(Operations):
             self.history.end(index, self._stamp(), "ok", ids)
             raise InvariantViolation("shared-block", f"acquire_many({n}) returned one block twice: {ids}")
         return ids
+
+
+def _per_block(answer: object, count: int) -> tuple[list[bool], bool]:
+    """``answer`` as one bool per block, and True; where it is not a list of ``count`` bools
+    (the protocol asks no answer of ``release_many``), True for each (a last reference's block
+    is then looked at for a deferred offer) and False."""
+    if isinstance(answer, list | tuple) and len(answer) == count and all(type(a) is bool for a in answer):
+        return list(answer), True
+    return [True] * count, False

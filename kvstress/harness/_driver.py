@@ -154,6 +154,10 @@ class PoolDriver(Scenarios):
         """Verify the canary, then release one of ``holder``'s references."""
         return self._dispatch(holder, lambda: self.op_release(holder, block_id), self._bound(0))
 
+    def release_many(self, holder: str, block_ids: list[int]) -> None:
+        """release_many of ``holder``'s references to ``block_ids`` (pools that have it)."""
+        self._dispatch(holder, lambda: self.op_release_many(holder, block_ids), self._bound(0))
+
     def double_release(self, holder: str, block_id: int) -> None:
         """Release a block nobody holds: it must answer False and change nothing."""
         self._dispatch(holder, lambda: self.op_double_release(holder, block_id), self._bound(0))
@@ -250,7 +254,7 @@ class PoolDriver(Scenarios):
             for block_id in self.ledger.held_by(holder):
                 while holder in self.ledger.holders_of(block_id):
                     self.release(holder, block_id)
-        self._guard(lambda: checkers.check_release_accounting(self.ledger.ended, self.ledger.returned))
+        self._guard(lambda: checkers.check_release_accounting(self.ledger.ended, self.ledger.answered()))
         self.check_quiet()
 
     def drain(self) -> None:

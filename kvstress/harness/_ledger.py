@@ -53,6 +53,9 @@ class Ledger:
         self.previous: dict[int, object] = {}
         self.ended: Counter[int] = Counter()  # tenancies whose last reference was released
         self.returned: Counter[int] = Counter()  # releases that answered True
+        # Last references dropped by a release_many that gave no per-block answer (the protocol
+        # asks none): each may be a True the accounting lacks.
+        self.unanswered: Counter[int] = Counter()
         self._tenancies: Counter[int] = Counter()
         self._canaries = 0
         self.releasing: Counter[int] = Counter()  # release calls in flight, by block
@@ -82,6 +85,14 @@ class Ledger:
             tenancy = self.open[block_id]
             tenancy.refs[to_holder] += 1
             return tenancy
+
+    def answered(self) -> Counter[int]:
+        """``returned``, with each ``unanswered`` last reference counted as the True it may have
+        been, where a True is missing (a True too many is still one too many)."""
+        counted = Counter(self.returned)
+        for block_id, count in self.unanswered.items():
+            counted[block_id] += min(count, max(0, self.ended[block_id] - counted[block_id]))
+        return counted
 
     def give_up(self, holder: str, block_id: int) -> bool:
         """Record a release call; True when it drops the tenancy's last reference."""

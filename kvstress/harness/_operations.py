@@ -478,7 +478,7 @@ class Operations:
         for block_id, handle in self.ledger.handles.items():
             if block_id not in held and self._refcount(handle) < 0:
                 checkers.check_refcount(block_id, self._refcount(handle), 0, "its last release")
-        checkers.check_release_accounting(self.ledger.ended, self.ledger.returned)
+        checkers.check_release_accounting(self.ledger.ended, self.ledger.answered())
 
     # -- calling the pool -----------------------------------------------------------------------
 

@@ -248,6 +248,8 @@ class Scenarios(BatchOperations):
                 await self.wait_handed(holder, arg)
             elif kind == "rerelease":
                 await self._rerelease(holder, f"b{arg}")
+            elif kind == "release_many" and mine and self.has_release_many:
+                await self.op_release_many(holder, list(dict.fromkeys(mine)))
 
     async def _rerelease(self, holder: str, peer: str) -> None:
         """Release ``peer``'s latest block again once the peer's own release of it has begun

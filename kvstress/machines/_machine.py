@@ -175,6 +175,19 @@ class PoolMachine(RuleBasedStateMachine):
             self._do(lambda: self.driver.release(ref.holder, ref.block))
         return ref
 
+    # release_many is optional too: drawn only for a pool that has it. The refs of the first's
+    # holder, each on a distinct block it still holds, go back in one call; the others retire
+    # unreleased (the example's end gives back what is still held).
+    @precondition(lambda self: self.driver.has_release_many)
+    @rule(target=retired, first=consumes(blocks), second=consumes(blocks))
+    def release_many(self, first: Ref, second: Ref) -> MultipleResults[Ref]:
+        refs = (first, second)
+        mine = [r.block for r in refs if r.holder == first.holder and self._tenancy(r) is not None]
+        block_ids = list(dict.fromkeys(mine))
+        if block_ids:
+            self._do(lambda: self.driver.release_many(first.holder, block_ids))
+        return multiple(*refs)
+
     @precondition(lambda self: self.driver.cancels_tasks)
     @rule(target=blocks, ref=consumes(blocks), turns=st.integers(1, 3))
     @recorded("blocks")

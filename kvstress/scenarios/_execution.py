@@ -329,6 +329,7 @@ def draw_scenario(config: ScenarioConfig, seed: int) -> Scenario:
         cancel=config.is_async,
         blocks=config.num_blocks,
         batch=callable(getattr(config.factory, "acquire_many", None)),
+        release_batch=callable(getattr(config.factory, "release_many", None)),
     )
 
 

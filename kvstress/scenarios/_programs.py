@@ -17,6 +17,9 @@ A step is ``(kind, argument)``, as ``Scenarios.run_program`` runs it:
 - ``("cancel", peer)``: (async) cancel ``peer``'s acquire if one is in flight;
 - ``("acquire_many", [n, timeout])``: (pools with the optional ``acquire_many``) take n blocks
   at once, with a finite timeout; each is marked in use and given a fresh canary;
+- ``("release_many", None)``: (pools with the optional ``release_many``) verify the canaries of
+  every block the worker holds, then give them all back in one ``release_many`` (a request's
+  block table freed at once);
 - ``("rerelease", peer)``: once ``peer``'s release of its latest block has begun, release that
   block's handle again, a double release racing the peer's own (two paths of a server freeing
   one request's blocks at once: an abort and the normal finish). Of the two, one puts the block
@@ -49,6 +52,7 @@ STEP_KINDS = (
     "cancel",
     "acquire_many",
     "rerelease",
+    "release_many",
 )
 
 TIMEOUTS = (0.0, 0.01, 0.05, 0.2)
@@ -72,6 +76,7 @@ HANDOFF_WAIT = 0.05
 
 _WEIGHTS = {"acquire": 34, "release": 26, "share": 10, "verify": 10, "pause": 12, "cancel": 8}
 _BATCH_WEIGHT = 12  # acquire_many's, drawn only for a pool that has it (other draws unchanged)
+_RELEASE_MANY_WEIGHT = 10  # release_many's, likewise
 
 
 @dataclass(frozen=True)
@@ -126,10 +131,18 @@ class Scenario:
 
 
 def generate(
-    rng: random.Random, *, workers: int, length: int, cancel: bool, blocks: int = 2, batch: bool = False
+    rng: random.Random,
+    *,
+    workers: int,
+    length: int,
+    cancel: bool,
+    blocks: int = 2,
+    batch: bool = False,
+    release_batch: bool = False,
 ) -> Scenario:
     """Draw ``workers`` programs of ``length`` steps each; ``cancel`` allows cancel steps (async);
-    ``blocks`` is the pool's size; ``batch`` allows acquire_many steps (a pool that has it).
+    ``blocks`` is the pool's size; ``batch`` allows acquire_many steps and ``release_batch``
+    release_many steps (a pool that has them).
 
     Mostly, every program starts with an acquire, so each worker holds something to share and
     release. One scenario in ``SHARED_SHARE`` starts from one block shared by all: worker 0
@@ -155,6 +168,8 @@ def generate(
     weights = [_WEIGHTS[k] for k in kinds]
     if batch:
         kinds, weights = [*kinds, "acquire_many"], [*weights, _BATCH_WEIGHT]
+    if release_batch:
+        kinds, weights = [*kinds, "release_many"], [*weights, _RELEASE_MANY_WEIGHT]
     opening = rng.random()
     shared = workers > 1 and length >= 3 and opening < SHARED_SHARE
     together = rng.random() < 0.5
@@ -179,13 +194,28 @@ def generate(
 
 
 def draw(
-    rng: random.Random, *, workers: int, length: int, cancel: bool, blocks: int = 2, batch: bool = False
+    rng: random.Random,
+    *,
+    workers: int,
+    length: int,
+    cancel: bool,
+    blocks: int = 2,
+    batch: bool = False,
+    release_batch: bool = False,
 ) -> Scenario:
     """``generate``, but one scenario in ``SMALL_SHARE`` has two workers of three steps (when
     ``workers`` and ``length`` are larger than that)."""
     if workers > 2 and length > 3 and rng.random() < SMALL_SHARE:
         workers, length = 2, 3
-    return generate(rng, workers=workers, length=length, cancel=cancel, blocks=blocks, batch=batch)
+    return generate(
+        rng,
+        workers=workers,
+        length=length,
+        cancel=cancel,
+        blocks=blocks,
+        batch=batch,
+        release_batch=release_batch,
+    )
 
 
 def _drain_opening(rng: random.Random, me: int, blocks: int, together: bool) -> list[Step]:

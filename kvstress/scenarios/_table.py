@@ -88,11 +88,14 @@ def _in_flight(op: Operation, at: float) -> bool:
 
 
 def call_text(op: Operation) -> str:
-    """The call alone: ``release(1)``, ``acquire(0.05)`` (the canary written is left out)."""
+    """The call alone: ``release(1)``, ``acquire(0.05)`` (the canary written is left out); one
+    block's part of a ``release_many``: ``release(1) of a release_many``."""
     args = ", ".join(
-        f"{v:g}" if isinstance(v, float) else str(v) for k, v in op.args.items() if k != "canary"
+        f"{v:g}" if isinstance(v, float) else str(v)
+        for k, v in op.args.items()
+        if k not in ("canary", "many")
     )
-    return f"{op.name}({args})"
+    return f"{op.name}({args})" + (" of a release_many" if op.args.get("many") else "")
 
 
 def cell_text(op: Operation) -> str:

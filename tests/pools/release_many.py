@@ -1,0 +1,87 @@
+"""Pools with the optional ``release_many``, for the harness's batch release.
+
+``ReleaseManyPool`` zeroes every block whose last reference goes, then offers them all in one
+lock section, and answers one bool per block, as ``release`` would. ``QuietReleaseManyPool``
+does the same and answers nothing (the protocol asks no answer of ``release_many``).
+``OfferThenZeroManyPool`` offers the batch first and zeroes after, outside the lock: a waiter
+woken by the offer takes a block that still holds its last tenant's K/V.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from kvstress.mutants import Block
+from kvstress.mutants._ledger import BlockLedger
+
+
+class ReleaseManyPool(BlockLedger):
+    """A deque and a Condition; ``release_many`` zeroes, then offers, under the lock."""
+
+    backoff_bound = 0.0
+    threaded = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._changed = threading.Condition()
+
+    def acquire(self, timeout: float | None = None) -> Block | None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._free, timeout):
+                return None
+            return self._taken(self._free.popleft())
+
+    def release(self, block: Block) -> bool:
+        return self._release_all([block])[0]
+
+    def release_many(self, blocks: Sequence[Block]) -> list[bool] | None:
+        return self._release_all(blocks)
+
+    def _release_all(self, blocks: Sequence[Block]) -> list[bool]:
+        with self._changed:
+            last = [self._last_reference(block) for block in blocks]
+            returned = [block for block, went in zip(blocks, last, strict=True) if went]
+            self._give_back(returned)
+            self._changed.notify(len(returned))
+        return last
+
+    def _give_back(self, blocks: list[Block]) -> None:
+        for block in blocks:
+            self._reset(block)
+        self._free.extend(blocks)
+
+
+class QuietReleaseManyPool(ReleaseManyPool):
+    """``ReleaseManyPool`` whose ``release_many`` answers None."""
+
+    def release_many(self, blocks: Sequence[Block]) -> None:  # type: ignore[override]
+        self._release_all(blocks)
+
+
+class OfferThenZeroManyPool(ReleaseManyPool):
+    """Offers the batch, then zeroes it outside the lock (the reset after the offer); its
+    ``release`` is right."""
+
+    def release_many(self, blocks: Sequence[Block]) -> list[bool] | None:
+        with self._changed:
+            last = [self._last_reference(block) for block in blocks]
+            returned = [block for block, went in zip(blocks, last, strict=True) if went]
+            for block in returned:
+                block.state = block.state.FREE  # BUG: offered before it is zeroed
+            self._free.extend(returned)
+            self._changed.notify(len(returned))
+        for block in returned:
+            block.data.zero_()
+        return last
+
+
+class DropsSharesManyPool(ReleaseManyPool):
+    """``release_many`` frees each block outright, whatever its refcount: a block shared with
+    another request goes back to the queue while that request still reads it."""
+
+    def release_many(self, blocks: Sequence[Block]) -> list[bool] | None:
+        for block in blocks:
+            block.refcount = min(block.refcount, 1)  # BUG: the other references are dropped
+        return self._release_all(blocks)
