@@ -297,6 +297,11 @@ class AuditCore:
             if name == "retain":
                 lease.retaining -= 1
                 lease.retain_raced = lease.retain_raced or ended
+                if ended:
+                    # The pool took the retain: the block may be held by that reference, which
+                    # the caller's race kept from the ledger. Held outside the audit until the
+                    # queue has it again, so a quiet point does not blame the pool for it.
+                    ledger.outside.add(lease.block_id)
             if not ended and name == "retain":
                 lease.refs += 1
                 lease.sharers += (holder,)
