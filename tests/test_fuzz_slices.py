@@ -96,7 +96,7 @@ def test_random_runs_every_motif_first_then_one_execution_in_four(monkeypatch: p
     ticks = itertools.count(1)
     monkeypatch.setattr(slices_module, "time", SimpleNamespace(monotonic=lambda: next(ticks) * 0.005))
     target = load_target("kvstress:ThreadedBlockPool")
-    programs = motifs(target.num_blocks, target.is_async)
+    programs = motifs(target.num_blocks, target.is_async, batch=True)  # ours has acquire_many
     memo: dict[str, object] = {}
     result = run_slice(strategy, target, 3, 0.6, memo=memo)
     assert result.finding is None

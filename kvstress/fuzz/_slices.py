@@ -196,7 +196,8 @@ def _random(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]
     memo = {} if memo is None else memo
     turn = memo.get("random-motifs")
     if not isinstance(turn, _MotifTurn):
-        turn = memo["random-motifs"] = _MotifTurn(motifs(target.num_blocks, target.is_async))
+        programs = motifs(target.num_blocks, target.is_async, batch=_batches(target))
+        turn = memo["random-motifs"] = _MotifTurn(programs)
     drawn = RandomScheduler(seed=seed)
     per_motif: dict[int, RandomScheduler] = {}
     start = time.monotonic()
@@ -220,6 +221,11 @@ def _random(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]
         if result.took(found, "random", seed, began):
             return result
     return result
+
+
+def _batches(target: FuzzTarget) -> bool:
+    """Whether the target's pools have ``acquire_many`` (as the drawn scenarios decide it)."""
+    return callable(getattr(target.factory, "acquire_many", None))
 
 
 def _motif_seed(seed: int, motif: int) -> int:
@@ -274,7 +280,7 @@ def _delay(
     state = memo.get("delay")
     if not isinstance(state, _MotifSearch):
         base = scenario_config(target)
-        programs = motifs(target.num_blocks, target.is_async)
+        programs = motifs(target.num_blocks, target.is_async, batch=_batches(target))
         # In their order, smallest first (fewest hot plans before the next motif's): nothing
         # here is random, so the seed does not enter.
         # The woken-first base too: the baton and the controlled loop say who was woken.

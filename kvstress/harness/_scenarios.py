@@ -225,7 +225,7 @@ class Scenarios(BatchOperations):
                     await self.op_mark(holder, block_id)
                     await self.op_write(holder, block_id)
             elif kind == "acquire_many" and self.has_acquire_many:
-                await self._batch_step(holder, int(arg[0]), float(arg[1]))
+                await self._batch_step(holder, int(arg[0]), None if arg[1] is None else float(arg[1]))
             elif kind == "cancel":
                 peer_scope = self._scopes.get(f"b{arg}")
                 if peer_scope is not None and peer_scope is not _NO_SCOPE:
@@ -268,7 +268,7 @@ class Scenarios(BatchOperations):
                 return
             await self._sleep(RERELEASE_TICK)
 
-    async def _batch_step(self, holder: str, n: int, timeout: float) -> None:
+    async def _batch_step(self, holder: str, n: int, timeout: float | None) -> None:
         """A program's acquire_many: cancellable (async) like its acquire; each block is marked
         in use and given a fresh canary."""
         block_ids = None  # stays so when a peer's cancel ends the call (the scope absorbs it)

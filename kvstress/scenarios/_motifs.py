@@ -28,7 +28,12 @@ from the protocol alone, not from any pool's code, the shortest first:
 - a waiter whose deadline lands as its block is handed to it, with another parked beside it;
 - two workers churning, each taking a block and giving it back, round after round, until the
   pool's indexes have gone round it twice and more (a ring that wraps or rewinds its indexes,
-  work deferred to every k-th release: a race that opens only past such a threshold).
+  work deferred to every k-th release: a race that opens only past such a threshold);
+- for pools with ``acquire_many``: two batch waiters with no time limit, each for every block,
+  at an exhausted pool whose holder gives the blocks back one at a time. One must get them all,
+  give them back, and the other then get them: a batch that takes blocks one by one and waits
+  holding them (hold-and-wait) can leave each waiter holding part of the pool, waiting for
+  ever for the other's part, while nobody holds a block.
 """
 
 from __future__ import annotations
@@ -45,10 +50,16 @@ PARKED_WAIT = 1.0
 costs nothing)."""
 
 
-def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenario, ...]:
-    """The motifs for a pool of ``blocks`` blocks; ``is_async`` adds the cancellation motifs.
-    ``virtual=False`` (free-running stress, on real time) leaves out the ones whose waiters park
-    for ``PARKED_WAIT`` seconds: free on virtual time, a second a run on real time."""
+BATCH_MOTIF_MAX_BLOCKS = 4
+"""The largest pool the two-batch-waiters motif is run on (its programs grow with the pool)."""
+
+
+def motifs(blocks: int, is_async: bool, *, virtual: bool = True, batch: bool = False) -> tuple[Scenario, ...]:
+    """The motifs for a pool of ``blocks`` blocks; ``is_async`` adds the cancellation motifs,
+    ``batch`` (a pool with ``acquire_many``) the two batch waiters'. ``virtual=False``
+    (free-running stress, on real time) leaves out the ones whose waiters park for
+    ``PARKED_WAIT`` seconds, or for ever: free on virtual time, a second a run (or a hang) on
+    real time."""
     wait: Step = ("wait", HANDOFF_WAIT)
     take_all: list[Step] = [("acquire", 0.0)] * blocks
     give_all: list[Step] = [("release", None)] * blocks
@@ -114,6 +125,9 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True) -> tuple[Scenar
                 parked,
             )
         )
+    if batch and virtual and 2 <= blocks <= BATCH_MOTIF_MAX_BLOCKS:
+        everything: list[Step] = [("sleep", SETTLE / 2), ("acquire_many", [blocks, None]), *give_all]
+        found.append(_of([*take_all, ("sleep", SETTLE), *give_all], everything, everything))
     return tuple(found)
 
 

@@ -16,7 +16,8 @@ A step is ``(kind, argument)``, as ``Scenarios.run_program`` runs it:
   at most ``seconds``;
 - ``("cancel", peer)``: (async) cancel ``peer``'s acquire if one is in flight;
 - ``("acquire_many", [n, timeout])``: (pools with the optional ``acquire_many``) take n blocks
-  at once, with a finite timeout; each is marked in use and given a fresh canary;
+  at once, with a finite timeout (``None`` only in a motif where the blocks are sure to come
+  back); each is marked in use and given a fresh canary;
 - ``("release_many", None)``: (pools with the optional ``release_many``) verify the canaries of
   every block the worker holds, then give them all back in one ``release_many`` (a request's
   block table freed at once);
@@ -106,7 +107,9 @@ class Scenario:
             for program in self.programs
             for kind, arg in program
             if kind in ("acquire", "sleep", "wait")
-        ) + sum(float(arg[1]) for program in self.programs for kind, arg in program if kind == "acquire_many")
+        ) + sum(
+            float(arg[1] or 0) for program in self.programs for kind, arg in program if kind == "acquire_many"
+        )
 
     def to_json(self) -> list[list[list[Any]]]:
         """A JSON-ready form."""
@@ -253,9 +256,14 @@ def _step_text(step: Step) -> str:
     if kind in ("share", "cancel"):
         return f"{kind}(b{arg})"
     if kind in ("acquire", "pause", "sleep", "wait"):
-        return f"{kind}({arg:g})"
+        return f"{kind}({_seconds(arg)})"
     if kind == "acquire_many":
-        return f"acquire_many({arg[0]}, {arg[1]:g})"
+        return f"acquire_many({arg[0]}, {_seconds(arg[1])})"
     if kind == "release" and arg == "oldest":
         return "release(oldest)"
     return kind
+
+
+def _seconds(value: float | None) -> str:
+    """A timeout as a step shows it: ``0.05``; ``None`` (no limit, a motif's waiter) as it is."""
+    return "None" if value is None else f"{value:g}"
