@@ -5,26 +5,12 @@ the other's part while nobody holds a block. A blind user's design; the fuzz mis
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 from kvstress.mutants import Block
-from kvstress.mutants._ledger import BlockLedger
+from tests.pools._condition import ConditionPool
 
 
-class TakeAllAtOncePool(BlockLedger):
+class TakeAllAtOncePool(ConditionPool):
     """A deque and a Condition; ``acquire_many`` waits until ``n`` are free, then takes them."""
-
-    backoff_bound = 0.0
-    threaded = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._changed = threading.Condition()
-
-    def acquire(self, timeout: float | None = None) -> Block | None:
-        got = self.acquire_many(1, timeout)
-        return None if got is None else got[0]
 
     def acquire_many(self, n: int, timeout: float | None = None) -> list[Block] | None:
         if not isinstance(n, int) or not 0 <= n <= self.num_blocks:
@@ -33,15 +19,6 @@ class TakeAllAtOncePool(BlockLedger):
             if not self._changed.wait_for(lambda: len(self._free) >= n, timeout):
                 return None
             return [self._taken(self._free.popleft()) for _ in range(n)]
-
-    def release(self, block: Block) -> bool:
-        with self._changed:
-            if not self._last_reference(block):
-                return False
-            self._reset(block)
-            self._free.append(block)
-            self._changed.notify_all()
-            return True
 
 
 class HoldAndWaitPool(TakeAllAtOncePool):

@@ -10,22 +10,15 @@ around a wait that a barging acquire can beat), so the search still has a bug to
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 from kvstress.mutants import Block
 from kvstress.mutants._ledger import BlockLedger
+from tests.pools._condition import ConditionPool
 
 
-class LocalImportPool(BlockLedger):
+class LocalImportPool(ConditionPool):
     """A deque and a Condition; the deadline loop reads ``time`` imported inside ``acquire``."""
-
-    backoff_bound = 0.0
-    threaded = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._changed = threading.Condition()
 
     def acquire(self, timeout: float | None = None) -> Block | None:
         import time
@@ -41,15 +34,6 @@ class LocalImportPool(BlockLedger):
                     return None
                 self._changed.wait(left)
             return self._taken(self._free.popleft())
-
-    def release(self, block: Block) -> bool:
-        with self._changed:
-            if not self._last_reference(block):
-                return False
-            self._reset(block)
-            self._free.append(block)
-            self._changed.notify()
-            return True
 
 
 class AsyncLocalImportPool(BlockLedger):

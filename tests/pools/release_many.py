@@ -9,29 +9,14 @@ woken by the offer takes a block that still holds its last tenant's K/V.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from typing import Any
 
 from kvstress.mutants import Block
-from kvstress.mutants._ledger import BlockLedger
+from tests.pools._condition import ConditionPool
 
 
-class ReleaseManyPool(BlockLedger):
+class ReleaseManyPool(ConditionPool):
     """A deque and a Condition; ``release_many`` zeroes, then offers, under the lock."""
-
-    backoff_bound = 0.0
-    threaded = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._changed = threading.Condition()
-
-    def acquire(self, timeout: float | None = None) -> Block | None:
-        with self._changed:
-            if not self._changed.wait_for(lambda: self._free, timeout):
-                return None
-            return self._taken(self._free.popleft())
 
     def release(self, block: Block) -> bool:
         return self._release_all([block])[0]
