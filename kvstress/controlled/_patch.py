@@ -368,7 +368,8 @@ def _swapped(
 _importers: dict[int, list[dict[int, tuple[object, object]]]] = {}
 """id(a swapped module's namespace) -> the swaps its ``import`` statements get, innermost last."""
 _importers_lock = threading.Lock()
-_real_import: list[Callable[..., Any]] = []  # builtins.__import__, while ours stands in
+_real_import: Callable[..., Any] | None = None  # builtins.__import__, while ours stands in
+_FIRST_IMPORT = builtins.__import__  # what a call that began as ours was taken out falls back on
 
 
 def _import(
@@ -381,7 +382,8 @@ def _import(
     """``builtins.__import__`` while modules are swapped: an ``import time`` (or ``from time
     import monotonic``) inside a swapped module's function gets the stand-in its module-level
     name has, as the module's own name does. Every other import is the real one."""
-    module = _real_import[0](name, globals, locals, fromlist, level)
+    real = _real_import or _FIRST_IMPORT  # one read: another thread may restore it meanwhile
+    module = real(name, globals, locals, fromlist, level)
     found = _importers.get(id(globals)) if globals is not None else None
     if found:
         swap = found[-1].get(id(module))
@@ -394,15 +396,17 @@ def _imports_swapped(namespaces: list[dict[str, Any]], swaps: dict[int, tuple[ob
     """Route the imports made inside ``namespaces``' code through ``_import`` (a function-local
     ``import time`` read the real clock: a correct pool's deadline never came on virtual time,
     reported as a hang)."""
+    global _real_import
     with _importers_lock:
         for namespace in namespaces:
             _importers.setdefault(id(namespace), []).append(swaps)
-        if not _real_import and _importers:
-            _real_import.append(builtins.__import__)
+        if _real_import is None and _importers:
+            _real_import = builtins.__import__
             builtins.__import__ = _import  # type: ignore[assignment]
 
 
 def _imports_restored(namespaces: list[dict[str, Any]]) -> None:
+    global _real_import
     with _importers_lock:
         for namespace in namespaces:
             stack = _importers.get(id(namespace))
@@ -410,10 +414,10 @@ def _imports_restored(namespaces: list[dict[str, Any]]) -> None:
                 stack.pop()
                 if not stack:
                     del _importers[id(namespace)]
-        if _real_import and not _importers:
+        if _real_import is not None and not _importers:
             if builtins.__import__ is _import:
-                builtins.__import__ = _real_import[0]
-            _real_import.clear()
+                builtins.__import__ = _real_import
+            _real_import = None
 
 
 def _swap_bound(value: object, swaps: dict[int, tuple[object, object]], undo: list[_Undo]) -> None:
