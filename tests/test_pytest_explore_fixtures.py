@@ -347,3 +347,44 @@ def test_a_reset_thread_started_before_the_loop_is_waited_for(pytester: pytest.P
     assert "FAILED test_reset_thread.py::test_never_woken - TimeoutError" in out
     for name in ("function_fixture", "session_fixture", "module_level"):
         assert f"test_reset_thread.py::test_{name}: explored 30 schedules" in out
+
+
+DIES_THEN_DEADLOCKS = """
+import asyncio
+
+import pytest
+
+import kvstress
+
+
+@pytest.mark.kvstress_explore(schedules=5, seed=0)
+async def test_worker_dies_then_the_test_waits():
+    pool = kvstress.audit(kvstress.AsyncBlockPool(2, (4,)))
+    done = asyncio.Event()
+
+    async def worker():
+        block = await pool.acquire(0)
+        await pool.release(block)
+        await pool.release(block)  # a double release: the audit raises, the worker dies
+        done.set()
+
+    task = asyncio.create_task(worker())
+    await done.wait()  # never set: the loop deadlocks
+    await task
+"""
+
+
+def test_a_task_that_died_with_a_violation_leaves_a_report_not_an_internal_error(
+    pytester: pytest.Pytester,
+) -> None:
+    """The worker's violation is the failure, the deadlock it led to a note on it. Before, the
+    dead task was collected inside pytest's parse of the failure, its log parsed again inside
+    that, and CPython 3.11.7's parser failed: an INTERNALERROR instead of the report."""
+    pytester.makeini(INI)
+    pytester.makepyfile(test_dies=DIES_THEN_DEADLOCKS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "INTERNALERROR" not in out
+    assert "[double-release]" in out
+    assert "kvstress: the run went on and then failed with Deadlock" in out
