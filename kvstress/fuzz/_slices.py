@@ -27,6 +27,7 @@ from kvstress.fuzz._contract import run_contract
 from kvstress.fuzz._target import FuzzTarget, machine_for
 from kvstress.machines import PoolMachine
 from kvstress.scenarios import ScenarioConfig, search, stress
+from kvstress.scenarios._execution import has_member
 from kvstress.scenarios._motifs import motifs
 from kvstress.scenarios._search import ScenarioFailure, SearchResult
 from kvstress.scenarios._switches import Switch
@@ -196,7 +197,9 @@ def _random(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]
     memo = {} if memo is None else memo
     turn = memo.get("random-motifs")
     if not isinstance(turn, _MotifTurn):
-        programs = motifs(target.num_blocks, target.is_async, batch=_batches(target))
+        programs = motifs(
+            target.num_blocks, target.is_async, batch=has_member(target.factory, "acquire_many")
+        )
         turn = memo["random-motifs"] = _MotifTurn(programs)
     drawn = RandomScheduler(seed=seed)
     per_motif: dict[int, RandomScheduler] = {}
@@ -221,11 +224,6 @@ def _random(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]
         if result.took(found, "random", seed, began):
             return result
     return result
-
-
-def _batches(target: FuzzTarget) -> bool:
-    """Whether the target's pools have ``acquire_many`` (as the drawn scenarios decide it)."""
-    return callable(getattr(target.factory, "acquire_many", None))
 
 
 def _motif_seed(seed: int, motif: int) -> int:
@@ -280,7 +278,9 @@ def _delay(
     state = memo.get("delay")
     if not isinstance(state, _MotifSearch):
         base = scenario_config(target)
-        programs = motifs(target.num_blocks, target.is_async, batch=_batches(target))
+        programs = motifs(
+            target.num_blocks, target.is_async, batch=has_member(target.factory, "acquire_many")
+        )
         # In their order, smallest first (fewest hot plans before the next motif's): nothing
         # here is random, so the seed does not enter.
         # The woken-first base too: the baton and the controlled loop say who was woken.

@@ -70,12 +70,9 @@ class BatchOperations(Operations):
                     with self.ledger.lock:
                         counter = self.ledger.returned if known else self.ledger.unanswered
                         counter[block_id] += 1
-            if self.sequential and known:
+            if known:
                 for block_id, handle, returned, last in zip(block_ids, handles, answers, lasts, strict=True):
-                    checkers.check_release_result(block_id, returned, last)
-                    if not last:
-                        remaining = self.ledger.open[block_id].total_refs
-                        checkers.check_refcount(block_id, self._refcount(handle), remaining, "release")
+                    self._judge_release(block_id, handle, returned, last)
         finally:
             for block_id, handle in zip(block_ids, handles, strict=True):
                 self._release_over(block_id, handle)

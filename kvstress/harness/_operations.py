@@ -184,12 +184,17 @@ class Operations:
         )
         if returned is _REFUSED:
             return False
+        self._judge_release(block_id, handle, returned, last)
+        return bool(returned)
+
+    def _judge_release(self, block_id: int, handle: Any, returned: object, last: bool) -> None:
+        """Alone (sequential), a release answers True exactly for the last reference, and one
+        that is not the last leaves the refcount at the references still held."""
         if self.sequential:
             checkers.check_release_result(block_id, returned, last)
             if not last:
                 remaining = self.ledger.open[block_id].total_refs
                 checkers.check_refcount(block_id, self._refcount(handle), remaining, "release")
-        return bool(returned)
 
     async def _release_call(
         self,

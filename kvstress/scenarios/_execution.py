@@ -328,9 +328,16 @@ def draw_scenario(config: ScenarioConfig, seed: int) -> Scenario:
         length=config.length,
         cancel=config.is_async,
         blocks=config.num_blocks,
-        batch=callable(getattr(config.factory, "acquire_many", None)),
-        release_batch=callable(getattr(config.factory, "release_many", None)),
+        batch=has_member(config.factory, "acquire_many"),
+        release_batch=has_member(config.factory, "release_many"),
     )
+
+
+def has_member(factory: object, name: str) -> bool:
+    """Whether ``factory``'s pools have the optional member ``name`` (``acquire_many``,
+    ``release_many``), as a class says it: the draws of a run depend on it, so it is decided
+    before any pool is built (a plain function's pools are taken to have neither)."""
+    return callable(getattr(factory, name, None))
 
 
 def build_pool(config: ScenarioConfig) -> Any:
