@@ -26,6 +26,8 @@ from the protocol alone, not from any pool's code, the shortest first:
 - for async pools: a waiter cancelled as its block is handed to it, alone, and with another
   waiter parked beside it that must then get the block;
 - a waiter whose deadline lands as its block is handed to it, with another parked beside it;
+- one block back at the instant a waiter arrives that then waits long (a waiter count read
+  apart from the release's own change misses the waiter registering in between);
 - two workers churning, each taking a block and giving it back, round after round, until the
   pool's indexes have gone round it twice and more (a ring that wraps or rewinds its indexes,
   work deferred to every k-th release: a race that opens only past such a threshold);
@@ -80,6 +82,16 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True, batch: bool = F
         _of([*take_all, ("release", None)], [("acquire", 0.0)]),
         _of([*take_all, ("sleep", SETTLE), *give_all], [waiter, ("release", None)]),
         _of([*take_all, ("sleep", SETTLE), *give_all], [("sleep", SETTLE), waiter, ("release", None)]),
+        # One block back at the instant a waiter arrives, which then waits past the wake-up
+        # bound (on virtual time): a release that decides whether to wake anyone from a count of waiters read
+        # apart from its own change (a semaphore's post that reads its waiter count before its
+        # increment, glibc 12674) misses the waiter that registers in between and leaves it
+        # asleep beside the block. With every block back (the motif above) a later release
+        # wakes it, and the loss cannot be seen.
+        _of(
+            [*take_all, ("sleep", SETTLE), ("release", None)],
+            [("sleep", SETTLE), parked[-1] if virtual else waiter],
+        ),
         # Two waiters parked (on virtual time past the wake-up bound, so one left beside a free
         # block is seen), the blocks back in a row: a notify that wakes one where two could go,
         # a wake-up that only the first woken waiter was to pass on (AQS before PROPAGATE).
