@@ -32,6 +32,7 @@ from typing import Any
 from kvstress.controlled import _coop, _coop_compound, _coop_futures, _coop_io, _coop_queue
 from kvstress.controlled._baton import active_controller
 from kvstress.controlled._loop import ControlledEventLoop
+from kvstress.controlled._reach import left_alone
 
 _THREADING = {
     "Lock": _coop.Lock,
@@ -234,11 +235,19 @@ _LOOP_SWAPS = _swaps(
 
 def resolve_modules(targets: Iterable[object]) -> tuple[types.ModuleType, ...]:
     """Modules named by ``targets``: modules, module names, or classes/functions (a class brings
-    the modules of its whole MRO). ValueError names a target that is none of these."""
+    the modules of its whole MRO). A package brings its submodules loaded by then, but for those
+    never controlled on the user's behalf (``left_alone``): a package's code is in its
+    submodules, and its ``__init__`` only re-exports them. ValueError names a target that is none
+    of these."""
     found: dict[str, types.ModuleType] = {}
     for target in targets:
         for module in _modules_of(target):
             found.setdefault(module.__name__, module)
+            if hasattr(module, "__path__"):
+                prefix = module.__name__ + "."
+                for name, sub in sorted(sys.modules.items()):
+                    if name.startswith(prefix) and isinstance(sub, types.ModuleType) and not left_alone(name):
+                        found.setdefault(name, sub)
     return tuple(found.values())
 
 

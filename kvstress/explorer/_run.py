@@ -24,9 +24,19 @@ from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules,
 from kvstress.controlled._reach import reached_modules
 from kvstress.schedulers import Schedule, ScheduleDivergence, Scheduler
 
-# The pools' own modules are always cooperative on the baton: their locks must be the baton's,
-# or a thread waiting on a real lock that a parked thread holds would stall the run.
-POOL_MODULES = ("kvstress.pool._threaded", "kvstress.pool._tiered", "kvstress.pool._base")
+# The library's threaded modules (the pools, and the block tables, manager and prefix cache a
+# serving loop builds on them) are always cooperative on the baton: their locks must be the
+# baton's, or a thread waiting on a real lock that a parked thread holds would stall the run
+# (two threads on a BlockManager with its prefix cache: StuckThread at the cache's lock, a
+# blind user's correct engine).
+LIBRARY_MODULES = (
+    "kvstress.pool._threaded",
+    "kvstress.pool._tiered",
+    "kvstress.pool._base",
+    "kvstress.paged._table",
+    "kvstress.paged._cache",
+    "kvstress.paged._manager",
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +67,7 @@ def is_async(fn: Callable[..., Any]) -> bool:
 
 def thread_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[types.ModuleType, ...]:
     """The modules a threaded ``fn`` is traced in: its own, the given ones, and the pools'."""
-    return resolve_modules((underlying(fn), *modules, *POOL_MODULES))
+    return resolve_modules((underlying(fn), *modules, *LIBRARY_MODULES))
 
 
 THREAD_API = frozenset({"threading", "queue", "_thread", "concurrent", "time"})
