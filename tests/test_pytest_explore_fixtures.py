@@ -9,6 +9,7 @@ sessions run in a subprocess so the installed ``pytest11`` entry point loads.
 from __future__ import annotations
 
 import re
+import shlex
 
 import pytest
 
@@ -388,3 +389,67 @@ def test_a_task_that_died_with_a_violation_leaves_a_report_not_an_internal_error
     assert "INTERNALERROR" not in out
     assert "[double-release]" in out
     assert "kvstress: the run went on and then failed with Deadlock" in out
+
+
+CLASS_SUITE = """
+import asyncio
+import threading
+
+import pytest
+
+
+@pytest.fixture
+def checked():
+    yield
+    raise AssertionError("teardown found a leak")
+
+
+class TestEngine:
+    @pytest.mark.parametrize("clients", [2])
+    @pytest.mark.kvstress_explore(schedules=5, strategy="random", seed=0)
+    def test_threads(self, clients):
+        done = []
+        workers = [threading.Thread(target=done.append, args=(i,)) for i in range(clients)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert done == [0, 1]
+
+    @pytest.mark.parametrize("clients", [2])
+    @pytest.mark.asyncio
+    @pytest.mark.kvstress_explore(schedules=5, strategy="random", seed=0)
+    async def test_tasks(self, clients):
+        done = []
+
+        async def client(i):
+            await asyncio.sleep(0)
+            done.append(i)
+
+        await asyncio.gather(*(client(i) for i in range(clients)))
+        assert done == [0, 1]
+
+    @pytest.mark.parametrize("clients", [2])
+    @pytest.mark.kvstress_explore(schedules=3, strategy="random", seed=0)
+    def test_teardown(self, checked, clients):
+        pass
+"""
+
+
+def test_a_failing_parametrised_method_of_a_test_class_is_a_failure_that_replays(
+    pytester: pytest.Pytester,
+) -> None:
+    """Every failure of a parametrised method (its call or its fixtures' teardown, threads or
+    tasks) was a pytest INTERNALERROR, "could not get code object", exit 3, the session's other
+    results lost (a blind user's suite): each is a failure with its replay command now."""
+    pytester.makepyfile(test_engine=CLASS_SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(failed=2, passed=1, errors=1)  # the teardown: its call passed
+    replays = [line for line in result.stdout.lines if "replay:   pytest --kvstress-replay=" in line]
+    for name in ("test_threads", "test_tasks"):
+        line = next(line for line in replays if name in line)
+        command = shlex.split(line.split("replay:", 1)[1])
+        again = pytester.runpytest_subprocess("-p", "no:cacheprovider", *command[1:], timeout=120)
+        assert "INTERNALERROR" not in again.stdout.str()
+        again.assert_outcomes(failed=1)
