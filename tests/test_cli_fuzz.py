@@ -255,7 +255,13 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path, sent: signal.Signa
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(6)  # past the torch import, into the search
+    # Into the search: the run has logged its start (a fixed sleep was too short for the
+    # torch import on a loaded machine, and the run had nothing to say it was interrupted from).
+    events = tmp_path / "reports" / "events.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (events.exists() and "fuzz.start" in events.read_text()):
+        time.sleep(0.1)
+    time.sleep(2)
     process.send_signal(sent)
     out, err = process.communicate(timeout=60)
     assert process.returncode == status, out + err
