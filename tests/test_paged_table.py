@@ -91,6 +91,10 @@ def test_empty_table_reads_an_empty_kv() -> None:
         ),
         (lambda m: BlockManager(m.pool, (2, 2, 2, 8)), "block_shape must be"),
         (lambda m: BlockManager(object(), SHAPE), "pool must keep the kvstress pool protocol"),
+        (
+            lambda m: BlockManager(kvstress.audit(kvstress.AsyncBlockPool(2, SHAPE)), SHAPE),
+            r"pool must be a threaded pool \(BlockManager is synchronous\), got <AsyncAuditedPool",
+        ),
         (lambda m: BlockManager(m.pool, SHAPE, policy="queue"), "policy must be a PagingPolicy"),  # type: ignore[arg-type]
     ],
 )

@@ -9,6 +9,7 @@ blocking call, a queued ``acquire``, is made holding a table lock alone.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Sequence
 from typing import ClassVar
@@ -67,6 +68,9 @@ class BlockManager:
         missing = [m for m in _NEEDED if not hasattr(pool, m)]
         if missing:
             raise ValueError(f"pool must keep the kvstress pool protocol (lacks {missing}), got {got(pool)}")
+        if inspect.iscoroutinefunction(pool.acquire):
+            # Its calls would return coroutines never awaited, at the first allocate.
+            raise ValueError(f"pool must be a threaded pool (BlockManager is synchronous), got {got(pool)}")
         shape = check_block_shape(block_shape)
         policy = PagingPolicy() if policy is None else policy
         if not isinstance(policy, PagingPolicy):
