@@ -10,6 +10,7 @@ replays it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -28,10 +29,10 @@ from kvstress.fuzz._target import FuzzTarget, machine_for
 from kvstress.machines import PoolMachine
 from kvstress.scenarios import ScenarioConfig, search, stress
 from kvstress.scenarios._execution import has_member
-from kvstress.scenarios._motifs import motifs
+from kvstress.scenarios._motifs import churn, motifs
 from kvstress.scenarios._search import ScenarioFailure, SearchResult
 from kvstress.scenarios._switches import Switch
-from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler, Scheduler
+from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler
 
 STRATEGIES = ("contract", "delay", "pct", "random", "machine", "stress")
 SHORT_STRESS_S = 0.5
@@ -60,6 +61,15 @@ MOTIF_EVERY = 4
 """In the ``random`` strategy, one execution in this many runs a motif (the rest run drawn
 scenarios)."""
 _HOT_ROUNDS = (1, 2)  # the two passes that run hot plans only; round 0 is the opening
+PCT_DEPTH = 3  # change points of PCT on drawn scenarios
+CHURN_DEPTH = 5
+"""PCT's depth on the churn motif, which its slices after the lead give every other execution:
+a race that needs a take paused across another worker's whole tenancy and its next take (a
+fill counter kept after a next-fit scan missed, mallocMC PR #61) needs four or five preemptions
+of a two-worker program some fifty steps long. Measured on that rebuild, executions to the find
+on seeds 0-4: depth 3 found 2 of 5 within 800, depth 4 5 of 5 (28-645), depth 5 5 of 5
+(112-512); the drawn scenarios, the other strategies and the free-running stress missed it for
+30 s."""
 MACHINE_HANG_BOUND = 1.0  # seconds; a hung pool costs this per hang, and shrinking replays it
 MACHINE_EXAMPLES = 10  # examples per Hypothesis run within a slice
 MACHINE_SHRINK_CAP_S = 30.0
@@ -155,23 +165,12 @@ def run_slice(
         return _delay(target, seed, budget_s, {} if memo is None else memo, grace_s)
     if strategy == "random":
         return _random(target, seed, budget_s, memo)
+    if strategy == "pct":
+        return _pct(target, seed, budget_s, memo)
     runner = _RUNNERS.get(strategy)
     if runner is None:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     return runner(target, seed, budget_s, shrink_s)
-
-
-def _drawn(make: Callable[[int], Scheduler], name: str) -> _Runner:
-    def run(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
-        # A schedule is shrunk within search's own cap (SHRINK_BUDGET_S), not with shrink_s.
-        result = search(scenario_config(target), make(seed), budget_s=budget_s)
-        failure = result.failure
-        if failure is None:
-            return SliceResult(result.executions, result.operations)
-        finding = scenario_finding(failure, name, seed, result.elapsed_s)
-        return SliceResult(result.executions, result.operations, finding)
-
-    return run
 
 
 @dataclass
@@ -223,6 +222,38 @@ def _random(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]
         found = search(config, drawn, max_executions=MOTIF_EVERY - 1, budget_s=left)
         if result.took(found, "random", seed, began):
             return result
+    return result
+
+
+def _pct(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any] | None) -> SliceResult:
+    """PCT (depth ``PCT_DEPTH``) over drawn scenarios for about ``budget_s``. Its first slice in
+    a run (the mix's lead) runs only those: the shallow races of a drawn scenario fall to it in
+    its first tenth of a second. Each later slice gives every other execution to the churn motif
+    under a deeper PCT (``CHURN_DEPTH``; one scheduler for the run, so its step count carries
+    over): a race needing four or five preemptions of two workers has room there."""
+    config = scenario_config(target)
+    drawn = PCTScheduler(depth=PCT_DEPTH, seed=seed)
+    memo = {} if memo is None else memo
+    deep = memo.get("pct-churn")
+    start = time.monotonic()
+    result = SliceResult()
+    if not isinstance(deep, PCTScheduler):
+        memo["pct-churn"] = PCTScheduler(depth=CHURN_DEPTH, seed=_motif_seed(seed, 0))
+        result.took(search(config, drawn, budget_s=budget_s), "pct", seed, 0.0)
+        return result
+    churned = replace(config, scenario=churn(target.num_blocks))
+    for scenario, scheduler, options in itertools.cycle(
+        ((config, drawn, {}), (churned, deep, {"fixed_scenario": True}))
+    ):
+        left = budget_s - (time.monotonic() - start)
+        if left <= 0:
+            break
+        began = time.monotonic() - start
+        # A schedule is shrunk within search's own cap (SHRINK_BUDGET_S).
+        if result.took(
+            search(scenario, scheduler, max_executions=1, budget_s=left), "pct", seed, began, **options
+        ):
+            break
     return result
 
 
@@ -603,7 +634,6 @@ def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | 
 
 _RUNNERS: dict[str, _Runner] = {
     "contract": _contract,
-    "pct": _drawn(lambda seed: PCTScheduler(depth=3, seed=seed), "pct"),
     "machine": _machine,
     "stress": _stress,
 }

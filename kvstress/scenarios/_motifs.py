@@ -106,10 +106,7 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True, batch: bool = F
         # must wait for it (a None taken for 0 by `if not timeout:` gives up at once).
         _of([*take_all, ("sleep", SETTLE), ("release", None)], [("sleep", SETTLE / 2), ("acquire", None)]),
     ]
-    # Churn: 2 * blocks + 1 rounds each, so that together the two pass every index of the pool
-    # four times and more, one worker's take beside the other's give-back at each turn.
-    churn: list[Step] = [("acquire", 0.0), ("release", None)] * (2 * blocks + 1)
-    found.append(_of(churn, churn))
+    found.append(churn(blocks))
     if is_async:
         found.append(
             _of([*take_all, ("sleep", SETTLE), *give_all], [waiter], [("sleep", SETTLE), ("cancel", 1)])
@@ -141,6 +138,16 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True, batch: bool = F
         everything: list[Step] = [("sleep", SETTLE / 2), ("acquire_many", [blocks, None]), *give_all]
         found.append(_of([*take_all, ("sleep", SETTLE), *give_all], everything, everything))
     return tuple(found)
+
+
+def churn(blocks: int) -> Scenario:
+    """Two workers churning: each takes a block and gives it back ``2 * blocks + 1`` times, so
+    that together they pass every index of the pool four times and more, one worker's take
+    beside the other's give-back at each turn. The longest motif, and the one where a race
+    needing three or four preemptions has room (a take paused across another's whole tenancy
+    and the next take): PCT's later slices run it too (``kvstress.fuzz``)."""
+    rounds: list[Step] = [("acquire", 0.0), ("release", None)] * (2 * blocks + 1)
+    return _of(rounds, rounds)
 
 
 def _of(*programs: list[Step]) -> Scenario:
