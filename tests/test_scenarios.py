@@ -476,3 +476,33 @@ def test_some_scenarios_open_by_draining_the_pool_while_the_others_wait() -> Non
     big = [generate(rng, workers=3, length=5, cancel=False, blocks=DRAIN_MAX_BLOCKS + 1) for _ in range(300)]
     too_many = (*[("acquire", 0.0)] * (DRAIN_MAX_BLOCKS + 1), ("sleep", HANDOFF_WAIT / 50))
     assert not any(s.programs[0][: len(too_many)] == too_many for s in big)
+
+
+def test_shrinking_goes_on_when_a_dropped_switch_shortens_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping a switch can end a run sooner (fewer choices); shrinking then went on indexing
+    the longer list it started from: IndexError, 'kvstress failed in its own code', exit 3
+    (a blind user's executor-front pool, now and then)."""
+    from types import SimpleNamespace
+
+    from kvstress._violation import InvariantViolation
+    from kvstress.scenarios import _search
+    from kvstress.scenarios._programs import Scenario
+    from kvstress.schedulers import Schedule
+
+    long = Schedule("random", 1, (0, 1, 0, 1, 0, 1, 0, 1))
+    violation = InvariantViolation("lost-block", "planted")
+    failure = _search.ScenarioFailure(violation, long, Scenario(()), ())
+
+    def run_execution(config: object, scheduler: object) -> object:
+        # A full-length edit (the switch-dropping pass) fails in a run of two choices; the
+        # prefix search's shorter guides pass.
+        full = len(scheduler.guide) == len(long.choices)  # type: ignore[attr-defined]
+        return SimpleNamespace(failure=violation if full else None)
+
+    def shortened(record: object, schedule: object) -> _search.ScenarioFailure:
+        return _search.ScenarioFailure(violation, Schedule("random", 1, (0, 1)), Scenario(()), ())
+
+    monkeypatch.setattr(_search, "run_execution", run_execution)
+    monkeypatch.setattr(_search, "_failure", shortened)
+    best = _search.shrink_failure(None, failure)  # type: ignore[arg-type]
+    assert best.schedule.choices == (0, 1)

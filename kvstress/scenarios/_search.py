@@ -179,6 +179,8 @@ def shrink_failure(
     for at in range(len(choices) - 1, 0, -1):
         if time.monotonic() > deadline:
             break
+        if at >= len(choices):
+            continue  # a shorter run replaced the choices (it ended sooner without a switch)
         previous = _previous_task(choices, at)
         if choices[at] == RANDOM_DRAW or previous is None or choices[at] == previous:
             continue
