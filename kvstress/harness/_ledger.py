@@ -64,20 +64,28 @@ class Ledger:
         self.doubtful: dict[int, list[tuple[str, Tenancy, int]]] = {}
 
     def take(self, holder: str, block_id: int, handle: object) -> Tenancy | None:
-        """Record an acquire's return. Returns the tenancy it collides with, if the block is held."""
+        """Record an acquire's return. Returns the tenancy it collides with, if the block is held.
+
+        The handle this replaces as the block's previous one is let go only after the lock: its
+        last reference may be this ledger's, and a pool's finalizer on it (a leak guard that
+        gives the block back when a handle is dropped) takes the pool's lock, which a thread
+        parked on the baton may hold; under the ledger's lock nobody else could run, and the
+        process deadlocked (a blind user's correct pool)."""
+        dropped = None
         with self.lock:
             clash = self.open.get(block_id)
             earlier = self.handles.get(block_id)
             if earlier is not None and earlier is not handle:
+                dropped = self.previous.get(block_id)
                 self.previous[block_id] = earlier
             self.handles[block_id] = handle
-            if clash is not None:
-                return clash
-            self._tenancies[block_id] += 1
-            tenancy = Tenancy(block_id, self._tenancies[block_id])
-            tenancy.refs[holder] = 1
-            self.open[block_id] = tenancy
-            return None
+            if clash is None:
+                self._tenancies[block_id] += 1
+                tenancy = Tenancy(block_id, self._tenancies[block_id])
+                tenancy.refs[holder] = 1
+                self.open[block_id] = tenancy
+        del dropped  # here, the lock released (see above)
+        return clash
 
     def share(self, block_id: int, to_holder: str) -> Tenancy:
         """Record a retain: ``to_holder`` gets one more reference."""

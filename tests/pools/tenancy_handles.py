@@ -7,6 +7,7 @@ frees it).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from kvstress import BlockState
@@ -87,3 +88,30 @@ class StaleRetainPool(TenancyHandlePool):
     def retain(self, block: Handle) -> None:  # type: ignore[override]
         with self._lock:
             self._share(block.block)  # BUG: self._current(block) not checked
+
+
+class GuardedHandle(Handle):
+    """A handle that can carry a finalizer (a weak reference to it)."""
+
+    __slots__ = ("__weakref__",)
+
+
+class FinalizerGuardPool(TenancyHandlePool):
+    """A leak guard, as connection pools keep one: each handle has a ``weakref.finalize`` that,
+    when the handle is dropped with its tenancy still open, gives the block back; after a proper
+    release it finds the tenancy over and does nothing. The finalizer takes the pool's lock, so
+    whoever drops the last reference to a handle must not be holding up the pool's lock holder
+    (a harness that dropped one under a lock of its own deadlocked the process)."""
+
+    def _take(self) -> Handle:  # type: ignore[override]
+        plain = super()._take()
+        handle = GuardedHandle(plain.block, plain.generation)
+        weakref.finalize(handle, self._reclaim, plain.block, plain.generation)
+        return handle
+
+    def _reclaim(self, block: Block, generation: int) -> None:
+        with self._lock:
+            if generation != self._generations[block.id] or block.refcount < 1:
+                return  # released properly
+            block.refcount = 1
+            self._drop(block)
