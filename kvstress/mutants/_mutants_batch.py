@@ -12,9 +12,11 @@ from kvstress.mutants._block import Block, seconds
 
 class BatchPartialGrantLeakPool(CondvarBatchPool):
     """The batch takes blocks one at a time as they come, to be first in line for each; when
-    the time runs out it answers None and forgets the blocks it had already taken."""
+    the time runs out it answers None and forgets the blocks it had already taken. Taking them
+    as they come, it also waits holding them: two batch waiters without a time limit can each
+    hold part of the pool for ever (``hang``, the two-batch-waiters motif)."""
 
-    expected = ("lost-block",)
+    expected = ("lost-block", "hang")
 
     def acquire_many(self, n: int, timeout: float | None = None) -> list[Block] | None:
         n, limit = batch_size(n, self.num_blocks), seconds(timeout)
