@@ -387,3 +387,25 @@ def test_a_report_without_its_config_says_the_field_is_missing() -> None:
         replay_report({"schema": "kvstress.failure/1"})
     with pytest.raises(ValueError, match="'config' field is 3, not an object"):
         replay_report({"config": 3})
+
+
+def test_replay_finds_the_pool_from_another_directory(
+    found: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path
+) -> None:
+    """The report records where the pool was imported from (``pool_path``): a replay run from
+    another directory, without the path the fuzz run had, still imports it (it said "cannot
+    import" before: a blind user's reports)."""
+    _, cwd = found
+    report = next((cwd / "reports").glob("*.json"))
+    assert json.loads(report.read_text())["pool_path"] == str(TESTS.resolve())
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-m", "kvstress", "replay", "--quiet", str(report)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["reproduced: dirty-read"]

@@ -10,6 +10,8 @@ again from its start in a supervised child: reproduced when it dies (or crashes)
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -55,6 +57,7 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
     if kind not in KINDS:
         raise ValueError(f"the report's config.kind is {kind!r}, expected one of {KINDS}")
     assert isinstance(config, dict)
+    _findable(report.get("pool_path"))
     if kind == "crash":
         return _replay_crash(report, config)
     target = load_target(
@@ -70,6 +73,14 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
         # again from its start.
         return _replay_crash(report, config)
     return outcome
+
+
+def _findable(pool_path: object) -> None:
+    """Put the directory the pool was imported from (``pool_path``) at the end of the import
+    path: a replay run from another directory found no module (a blind user's reports), and one
+    run beside a module of that name still imports that one first."""
+    if isinstance(pool_path, str) and os.path.isdir(pool_path) and pool_path not in sys.path:
+        sys.path.append(pool_path)
 
 
 def _replay_in_place(

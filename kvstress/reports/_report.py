@@ -13,6 +13,7 @@ import os
 import platform
 import re
 import shlex
+import sys
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
@@ -62,6 +63,19 @@ def versions() -> dict[str, str]:
     }
 
 
+def import_root(spec: str) -> str | None:
+    """The directory the pool ``MODULE:ATTR`` was imported from (the ``sys.path`` entry that
+    holds its top-level package or module), if it is imported here and is a file on disk: a
+    replay from another directory adds it to the path (the command then works from anywhere)."""
+    top = spec.partition(":")[0].partition(".")[0]
+    module = sys.modules.get(top)
+    file = getattr(module, "__file__", None)
+    if not isinstance(file, str):
+        return None
+    where = Path(file).resolve().parent
+    return str(where.parent if Path(file).name == "__init__.py" else where)
+
+
 def write_report(report: Mapping[str, Any], report_dir: str | os.PathLike[str]) -> Path:
     """Write ``report`` as ``<dir>/<time>-<invariant>-<pool>-<n>.json`` plus its ``.html``.
 
@@ -74,6 +88,8 @@ def write_report(report: Mapping[str, Any], report_dir: str | os.PathLike[str]) 
     path = _claim(directory, report)
     data = dict(report)
     data["replay"] = f"kvstress replay {shlex.quote(str(path))}"
+    if "pool_path" not in data and isinstance(data.get("pool"), str):
+        data["pool_path"] = import_root(data["pool"])
     text = json.dumps(data, indent=1, default=repr, allow_nan=False)
     temporary = path.with_suffix(".json.tmp")
     temporary.write_text(text, encoding="utf-8")
