@@ -195,3 +195,61 @@ def test_kvstress_failing_in_its_own_code_is_no_finding_against_the_pool(
     assert "TypeError" in text and "check_run" in text and "not the pool" in text
     err = capsys.readouterr().err
     assert "internal error, not a finding against the pool: TypeError" in err and str(log) in err
+
+
+def test_a_process_that_does_not_stop_is_killed_with_its_stacks_in_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child past its budget by OVERSTAY_S is killed; its report says kvstress killed it (it
+    said "the pool ended the process it runs in") and holds every thread's stack, dumped just
+    before the kill, down to the blocking call (a blind user's pools: a blocking socket recv,
+    a finalizer waiting for a lock)."""
+    from kvstress.fuzz import _isolate
+
+    monkeypatch.setattr(_isolate, "OVERSTAY_S", 2.0)
+    status, report = _fuzz(tmp_path, "BlocksForeverPool", "--budget", "4")
+    assert status == 1 and report["invariant"] == "crash"
+    assert "did not stop within 2 s of its budget" in str(report["message"])
+    assert "ended the process" not in str(report["message"])
+    assert any("os.read(read, 1)" in line or "in die" in line for line in report["stderr"]), report["stderr"]
+
+
+_ORPHAN = """
+import os, time
+from kvstress.fuzz._isolate import _end_with
+_end_with(os.getppid())
+print(os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_a_child_ends_when_its_parent_is_killed_outright() -> None:
+    """A fuzzing child outlives a parent killed by SIGKILL (or an unhandled SIGTERM: ``timeout``
+    around ``kvstress replay``) no longer: it watches its parent and ends (a replay's child,
+    its pool blocking a thread, lived on for minutes)."""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys; subprocess.run([sys.executable, '-c', {_ORPHAN!r}])",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

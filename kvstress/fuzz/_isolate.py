@@ -27,6 +27,7 @@ import queue
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from kvstress.fuzz._target import FuzzTarget, cwd_entries
 OVERSTAY_S = 60.0
 """Seconds a child may run past its budget before the supervisor kills it as hung."""
 STDERR_LINES = 40
+DUMP_LINES = 400  # every thread's stack (faulthandler keeps 100 frames a thread)
 """The child's last stderr lines kept in a crash report."""
 INTERNAL_EXIT = 70  # EX_SOFTWARE: the child ended on an error of kvstress's own code
 INTERNAL_PREFIX = "kvstress: internal error: "
@@ -203,6 +205,7 @@ def supervise(
             else:
                 if time.monotonic() - start > job.budget_s + OVERSTAY_S:
                     worker = next(w for w in range(len(children)) if w not in results)
+                    _dump_stacks(children[worker])
                     children[worker].kill()
                     children[worker].join(5)
                     death = _death(job, worker, streams, None, records, progress, logs, start)
@@ -334,6 +337,9 @@ def _tail(path: Path) -> list[str]:
     fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), None)
     if fatal is not None:  # faulthandler: the fatal line and the current thread's stack first
         return lines[fatal : fatal + STDERR_LINES]
+    dumped = next((i for i, line in enumerate(lines) if line.startswith("Thread 0x")), None)
+    if dumped is not None:  # every thread's stack, asked for before a kill: the blocked one among them
+        return lines[dumped : dumped + DUMP_LINES]
     return lines[-STDERR_LINES:]
 
 
@@ -376,16 +382,24 @@ def write_crash_report(job: Job, death: Death) -> Path:
         else "before the first slice began"
     )
     if death.exitcode is None:
-        what = f"the fuzzing process did not stop within {OVERSTAY_S:g} s of its budget (killed) {where}"
-    elif death.exitcode < 0:
-        what = f"the fuzzing process was killed by {death.how} {where}"
+        # kvstress stopped it: the pool did not end it. Its stacks, dumped first, are in stderr.
+        message = (
+            f"the fuzzing process did not stop within {OVERSTAY_S:g} s of its budget {where}, and "
+            "was killed: a thread blocked where kvstress cannot see it (a blocking socket or file "
+            "call, a C extension's lock, a finalizer or callback waiting for a lock a parked "
+            "thread holds) or a call that never returns; its threads' stacks as it was killed "
+            "are in the report's stderr"
+        )
     else:
-        what = f"the fuzzing process exited with status {death.exitcode}, unasked, {where}"
-    last = next((line for line in death.stderr if line.startswith("Fatal Python error")), "")
-    last = last or next((line for line in reversed(death.stderr) if line.strip()), "")
-    message = f"{what}: the pool ended the process it runs in" + (
-        f"; its last words: {last.strip()}" if last else ""
-    )
+        if death.exitcode < 0:
+            what = f"the fuzzing process was killed by {death.how} {where}"
+        else:
+            what = f"the fuzzing process exited with status {death.exitcode}, unasked, {where}"
+        last = next((line for line in death.stderr if line.startswith("Fatal Python error")), "")
+        last = last or next((line for line in reversed(death.stderr) if line.strip()), "")
+        message = f"{what}: the pool ended the process it runs in" + (
+            f"; its last words: {last.strip()}" if last else ""
+        )
     report = {
         "schema": "kvstress.failure/1",
         "invariant": "crash",
@@ -421,6 +435,31 @@ def write_crash_report(job: Job, death: Death) -> Path:
     return write_report(report, job.report_dir)
 
 
+def _dump_stacks(child: Any) -> None:
+    """Ask a child about to be killed for every thread's stack (``faulthandler``, into its log),
+    and give it a moment to write them."""
+    if hasattr(signal, "SIGUSR1") and child.pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGUSR1)
+            time.sleep(0.5)
+
+
+PARENT_POLL_S = 0.5
+
+
+def _end_with(parent: int) -> None:
+    """End this child, at once, when its parent is gone: a parent killed outright (``timeout``'s
+    SIGTERM on ``kvstress replay``) cannot stop it, and a child whose pool blocks a thread for
+    good lived on for minutes, its SIGTERM only asking the run to stop (a blind user's replay)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="kvstress-parent-watch", daemon=True).start()
+
+
 def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: Any, log: str) -> None:
     """A child's whole life: stderr to its log, faulthandler on, the memory bound, then fuzz."""
     import faulthandler
@@ -429,6 +468,9 @@ def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: A
     os.dup2(fd, 2)
     os.close(fd)
     faulthandler.enable(all_threads=True)
+    if hasattr(signal, "SIGUSR1"):  # the parent asks for every thread's stack before a kill
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    _end_with(os.getppid())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if job.memory_limit is not None:
         import resource

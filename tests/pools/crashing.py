@@ -62,3 +62,12 @@ class GreedyPool(_Dies):
 
     def die(self) -> None:
         self.hoard = bytearray(64 << 30)
+
+
+class BlocksForeverPool(_Dies):
+    """A release that blocks in a C call for good (a read of a pipe nobody writes), on the
+    thread that runs it: its process does not end by itself."""
+
+    def die(self) -> None:
+        read, _write = os.pipe()
+        os.read(read, 1)
