@@ -24,6 +24,8 @@ from pools.self_pipe import (
     SelectCallPool,
     SelfPipeLateRegisterPool,
     SelfPipePool,
+    SocketPairLateRegisterPool,
+    SocketPairPool,
 )
 from pools.tiny import TinyCheckThenPollPool, TinyPool, TinyResetAfterOfferPool
 
@@ -314,7 +316,7 @@ def test_a_reset_thread_that_skips_the_reset_is_found() -> None:
 
 @pytest.mark.parametrize(
     "factory",
-    [SelfPipePool, SelectCallPool, PollObjectPool, EpollPool, EdgeEpollPool],
+    [SelfPipePool, SelectCallPool, PollObjectPool, EpollPool, EdgeEpollPool, SocketPairPool],
     ids=lambda f: f.__name__,
 )
 @pytest.mark.parametrize(
@@ -322,7 +324,7 @@ def test_a_reset_thread_that_skips_the_reset_is_found() -> None:
 )
 def test_waits_on_a_pipe_are_cooperative(factory: type, scheduler: Scheduler) -> None:
     """Waiters that park on a pipe of their own (``selectors``, ``select.select``, a ``poll`` or
-    an ``epoll`` object), woken by a
+    an ``epoll`` object, or in ``recv`` on a socket pair with the socket's timeout), woken by a
     byte a release writes, are clean: the wait polls its descriptor at each decision and times
     out on virtual time (it was a real syscall, and a correct pool a busy-wait). A waiter that
     registers its pipe too late is found."""
@@ -330,11 +332,12 @@ def test_waits_on_a_pipe_are_cooperative(factory: type, scheduler: Scheduler) ->
     assert result.failure is None, result.failure.describe()
 
 
-def test_a_pipe_registered_too_late_is_a_lost_wakeup() -> None:
+@pytest.mark.parametrize(
+    "factory", [SelfPipeLateRegisterPool, SocketPairLateRegisterPool], ids=lambda f: f.__name__
+)
+def test_a_pipe_registered_too_late_is_a_lost_wakeup(factory: type) -> None:
     found = [
-        search(
-            config_for(SelfPipeLateRegisterPool), RandomScheduler(seed=seed), max_executions=300, shrink=False
-        )
+        search(config_for(factory), RandomScheduler(seed=seed), max_executions=300, shrink=False)
         for seed in range(3)
     ]
     assert all(result.failure is not None for result in found)

@@ -1,4 +1,5 @@
-"""Cooperative waits on file descriptors: ``select.select`` and the ``selectors`` classes.
+"""Cooperative waits on file descriptors: ``select.select``, the ``selectors`` classes, and the
+blocking calls of ``socket`` objects made by the ``socket`` module's stand-in.
 
 A pool may park its waiters on the outside world: each waiter on a pipe of its own, a release
 writing a byte to it (the self-pipe trick, an eventfd). Under the baton such a wait was a real
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import select as _select
 import selectors as _selectors
+import socket as _socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -142,3 +144,75 @@ if hasattr(_select, "epoll"):
         return _Polling(_select.epoll(*args, **kwargs), milliseconds=False)
 
     SELECT["epoll"] = epoll
+
+
+class CooperativeSocket(_socket.socket):
+    """A ``socket.socket`` whose blocking calls wait cooperatively in a controlled thread: first
+    until the socket is ready (its own timeout, on virtual time), then the real call, which no
+    longer blocks. A waiter that sleeps in ``recv`` on a socket pair, woken by a byte a release
+    sends, was a real syscall under the baton: it held the baton while the releaser could not
+    run (a hang), or with a timeout polled the real clock while virtual time stood (a busy-wait),
+    on a correct pool (a blind user's). A non-blocking socket's calls are the real ones."""
+
+    __slots__ = ()
+
+    def _wait(self, write: bool, what: str) -> bool:
+        """False when the socket's timeout passed first; True otherwise (ready, or not here)."""
+        timeout = self.gettimeout()
+        if timeout == 0.0:
+            return True
+        watched: list[Any] = [self]
+        got = _wait_ready(
+            lambda: _select.select([] if write else watched, watched if write else [], [], 0),
+            lambda lists: any(lists),
+            timeout,
+            f"socket.{what}()",
+        )
+        return got is _NOT_HERE or any(got)
+
+    def _ready(self, write: bool, what: str) -> None:
+        if not self._wait(write, what):
+            raise TimeoutError("timed out")
+
+    def recv(self, *args: Any) -> bytes:
+        self._ready(False, "recv")
+        return super().recv(*args)
+
+    def recv_into(self, *args: Any) -> int:
+        self._ready(False, "recv_into")
+        return super().recv_into(*args)
+
+    def recvfrom(self, *args: Any) -> tuple[bytes, Any]:
+        self._ready(False, "recvfrom")
+        return super().recvfrom(*args)
+
+    def send(self, *args: Any) -> int:
+        self._ready(True, "send")
+        return super().send(*args)
+
+    def sendall(self, data: Any, *args: Any) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            sent = self.send(view, *args)
+            view = view[sent:]
+
+    def accept(self) -> tuple[CooperativeSocket, Any]:
+        self._ready(False, "accept")
+        fd, address = self._accept()  # type: ignore[attr-defined]
+        accepted = CooperativeSocket(self.family, self.type, self.proto, fileno=fd)
+        if _socket.getdefaulttimeout() is None and self.gettimeout():
+            accepted.setblocking(True)
+        return accepted, address
+
+
+def socketpair(*args: Any, **kwargs: Any) -> tuple[CooperativeSocket, CooperativeSocket]:
+    """``socket.socketpair(...)``, of cooperative sockets."""
+    pair = _socket.socketpair(*args, **kwargs)
+    return tuple(  # type: ignore[return-value]
+        CooperativeSocket(real.family, real.type, real.proto, fileno=real.detach()) for real in pair
+    )
+
+
+SOCKET: dict[str, Any] = {"socket": CooperativeSocket, "socketpair": socketpair}
+"""The ``socket`` module's socket class and pair, made cooperative (``create_connection`` and
+the server helpers still make real sockets)."""

@@ -22,6 +22,7 @@ import inspect
 import queue
 import select
 import selectors
+import socket
 import sys
 import threading
 import time
@@ -219,6 +220,7 @@ _THREAD_SWAPS = _swaps(
         (concurrent.futures, _FUTURES),
         (select, _coop_io.SELECT),
         (selectors, _coop_io.SELECTORS),
+        (socket, _coop_io.SOCKET),
         (datetime, {"datetime": _virtual_datetime(_thread_virtual_now, _coop.EPOCH)}),
     )
 )

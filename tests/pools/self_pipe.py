@@ -15,6 +15,7 @@ import math
 import os
 import select
 import selectors
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -144,3 +145,84 @@ class SelfPipeLateRegisterPool(SelfPipePool):
         with self._lock:
             self._pipes.add(write_end)
         return super()._wait(read_end, write_end, timeout)
+
+
+class SocketPairPool(BlockLedger):
+    """Each waiter sleeps in ``recv(1)`` on a socket pair of its own, with the socket's timeout
+    set to what is left of its own; a release sends a byte to every registered waiter. Correct:
+    a waiter registers in the lock section where it finds nothing free, and a byte sent after
+    that stays in its socket until read."""
+
+    threaded = True
+    backoff_bound = 0.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
+        self._waiters: set[socket.socket] = set()  # the sending ends
+
+    def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        receiver, sender = socket.socketpair()
+        sender.setblocking(False)
+        try:
+            while True:
+                with self._lock:
+                    if self._free:
+                        return self._taken(self._free.popleft())
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return None
+                    self._register(sender)
+                receiver.settimeout(left)
+                with contextlib.suppress(TimeoutError):
+                    receiver.recv(64)
+        finally:
+            with self._lock:
+                self._waiters.discard(sender)
+            receiver.close()
+            sender.close()
+
+    def _register(self, sender: socket.socket) -> None:
+        self._waiters.add(sender)
+
+    def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._reset(block)
+        with self._lock:
+            self._free.append(block)
+            for sender in self._waiters:
+                with contextlib.suppress(BlockingIOError):
+                    sender.send(b"x")
+        return True
+
+
+class SocketPairLateRegisterPool(SocketPairPool):
+    """Registers its socket in a second lock section (BUG): a release in between sends to
+    nobody, and the waiter sleeps out its timeout beside a free block."""
+
+    def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        receiver, sender = socket.socketpair()
+        sender.setblocking(False)
+        try:
+            while True:
+                with self._lock:
+                    if self._free:
+                        return self._taken(self._free.popleft())
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return None
+                with self._lock:
+                    self._register(sender)
+                receiver.settimeout(left)
+                with contextlib.suppress(TimeoutError):
+                    receiver.recv(64)
+        finally:
+            with self._lock:
+                self._waiters.discard(sender)
+            receiver.close()
+            sender.close()
