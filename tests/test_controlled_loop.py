@@ -532,6 +532,37 @@ def test_work_submitted_to_an_executor_is_waited_for_and_a_long_lived_one_is_not
     assert concurrent.futures.ThreadPoolExecutor.submit is real_submit
 
 
+def test_a_thread_of_the_codes_own_that_answers_while_it_looks_parked_is_no_deadlock() -> None:
+    """A thread the code started (an allocator thread serving requests) is handed work, and
+    answers a moment later with ``call_soon_threadsafe``, but looks parked meanwhile (here it
+    sleeps first; on a loaded machine, it was woken and not yet on a CPU). With nothing ready and
+    no timer, the loop waited for nobody and raised Deadlock (a blind user's asyncio front over
+    an allocator thread: 'hang' on 2 of 2 seeds under load); it now gives such a thread
+    ``SUBMITTED_WAIT_S`` of real time first. A real deadlock beside it is still one."""
+    import queue
+    import threading
+
+    async def main(answers: bool) -> int:
+        loop = asyncio.get_running_loop()
+        requests: queue.SimpleQueue[asyncio.Future[int]] = queue.SimpleQueue()
+
+        def serve() -> None:
+            future = requests.get()
+            time.sleep(0.05)  # parked, as the kernel sees it
+            if answers:
+                loop.call_soon_threadsafe(future.set_result, 7)
+
+        threading.Thread(target=serve, daemon=True).start()
+        future = loop.create_future()
+        requests.put(future)
+        return await future
+
+    for seed in range(2):
+        assert run_controlled(lambda: main(True), RandomScheduler(seed)) == 7
+    with pytest.raises(Deadlock):
+        run_controlled(lambda: main(False), RandomScheduler(0))
+
+
 ASYNC_GLOBALS_SOURCE = """
 import asyncio
 
