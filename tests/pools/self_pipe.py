@@ -147,6 +147,9 @@ class SelfPipeLateRegisterPool(SelfPipePool):
         return super()._wait(read_end, write_end, timeout)
 
 
+_WAIT = object()  # a waiter registered: sleep, then look again
+
+
 class SocketPairPool(BlockLedger):
     """Each waiter sleeps in ``recv(1)`` on a socket pair of its own, with the socket's timeout
     set to what is left of its own; a release sends a byte to every registered waiter. Correct:
@@ -168,13 +171,9 @@ class SocketPairPool(BlockLedger):
         sender.setblocking(False)
         try:
             while True:
-                with self._lock:
-                    if self._free:
-                        return self._taken(self._free.popleft())
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return None
-                    self._register(sender)
+                found, left = self._look(sender, deadline)
+                if found is not _WAIT:
+                    return found  # type: ignore[return-value]
                 receiver.settimeout(left)
                 with contextlib.suppress(TimeoutError):
                     receiver.recv(64)
@@ -184,8 +183,16 @@ class SocketPairPool(BlockLedger):
             receiver.close()
             sender.close()
 
-    def _register(self, sender: socket.socket) -> None:
-        self._waiters.add(sender)
+    def _look(self, sender: socket.socket, deadline: float | None) -> tuple[object, float | None]:
+        """A free block; None past the deadline; else ``_WAIT``, registered, and the time left."""
+        with self._lock:
+            if self._free:
+                return self._taken(self._free.popleft()), None
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None, None
+            self._waiters.add(sender)
+            return _WAIT, left
 
     def release(self, block: Block) -> bool:
         if not self._last_reference(block):
@@ -203,26 +210,13 @@ class SocketPairLateRegisterPool(SocketPairPool):
     """Registers its socket in a second lock section (BUG): a release in between sends to
     nobody, and the waiter sleeps out its timeout beside a free block."""
 
-    def acquire(self, timeout: float | None = None) -> Block | None:
-        timeout = seconds(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        receiver, sender = socket.socketpair()
-        sender.setblocking(False)
-        try:
-            while True:
-                with self._lock:
-                    if self._free:
-                        return self._taken(self._free.popleft())
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return None
-                with self._lock:
-                    self._register(sender)
-                receiver.settimeout(left)
-                with contextlib.suppress(TimeoutError):
-                    receiver.recv(64)
-        finally:
-            with self._lock:
-                self._waiters.discard(sender)
-            receiver.close()
-            sender.close()
+    def _look(self, sender: socket.socket, deadline: float | None) -> tuple[object, float | None]:
+        with self._lock:
+            if self._free:
+                return self._taken(self._free.popleft()), None
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None, None
+        with self._lock:
+            self._waiters.add(sender)
+        return _WAIT, left
