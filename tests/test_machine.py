@@ -157,3 +157,17 @@ def test_generated_testcase_runs_under_unittest() -> None:
 TestThreadedBlockPoolMachine = kvstress.pool_machine(
     kvstress.ThreadedBlockPool, settings=settings(CI, max_examples=20)
 ).TestCase
+
+
+def test_an_async_pool_that_runs_only_on_the_other_backend_is_refused_with_the_one_to_choose() -> None:
+    """A trio-native pool under ``pool_machine`` without ``backend="trio"`` was a 'crash' blamed
+    on the pool at the first example (a blind user's); now a ValueError names the backend to
+    choose, as ``kvstress fuzz`` does. Pools that run on the given backend are untouched."""
+    from pools.trio_channel import ChannelPool
+
+    with pytest.raises(
+        ValueError, match=r"^backend: ChannelPool cannot run on asyncio .* choose backend='trio'$"
+    ):
+        kvstress.pool_machine(ChannelPool)
+    assert kvstress.pool_machine(ChannelPool, backend="trio").factory is ChannelPool
+    assert kvstress.pool_machine(kvstress.AsyncBlockPool).factory is kvstress.AsyncBlockPool

@@ -67,6 +67,7 @@ def machine_for(target: FuzzTarget, hang_bound: float, batches: bool) -> type[An
         backend=target.backend,
         timing=TimingPolicy(hang_bound=hang_bound),
         batches=batches,
+        check_backend=False,  # load_target did, once
     )
 
 

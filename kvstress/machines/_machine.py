@@ -8,6 +8,7 @@ event loop (asyncio or trio) that lives for the whole example.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -28,7 +29,7 @@ from hypothesis.stateful import (
 
 from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
-from kvstress.harness._driver import PoolDriver
+from kvstress.harness._driver import PoolDriver, is_async_factory
 from kvstress.machines._program import MachineTestCase, ProgramRecorder, recorded
 from kvstress.machines._strategies import batches, holders, timeouts
 
@@ -300,6 +301,21 @@ DEFAULT_SETTINGS = settings(
 )
 
 
+def _runs_on(factory: Callable[..., Any], name: str, options: MachineOptions) -> None:
+    """An async pool that cannot run on ``options.backend`` though it runs on the other is the
+    caller's setup error, said at once with the backend to choose (as ``kvstress fuzz`` says
+    it), not a 'crash' blamed on the pool at the first example (a blind user's trio pool)."""
+    if not is_async_factory(factory):
+        return
+    from kvstress.fuzz._target import TargetError, _check_backend
+
+    try:
+        _check_backend(name, factory, options.num_blocks, options.block_shape, options.backend)
+    except TargetError as error:
+        said = re.sub(r"choose --backend (\w+)", r"choose backend='\1'", str(error))
+        raise ValueError(f"backend: {said}") from None
+
+
 def pool_machine(
     factory: Callable[..., Any],
     *,
@@ -312,11 +328,14 @@ def pool_machine(
     timing: TimingPolicy | None = None,
     batches: bool = True,
     settings: settings | None = None,
+    check_backend: bool = True,
 ) -> type[PoolMachine]:
     """A state machine class for ``factory``'s pool: ``TestMyPool = pool_machine(MyPool).TestCase``.
 
     ``factory`` is any pool class or callable with the protocol's constructor; threaded or async
-    is told from the pool. ``backend`` picks asyncio or trio for async pools. ``settings``
+    is told from the pool. ``backend`` picks asyncio or trio for async pools; an async pool that
+    runs only on the other one is a ValueError naming it (one round of calls on each, in
+    milliseconds; ``check_backend=False`` skips it where the caller has checked). ``settings``
     replaces the default Hypothesis settings of the generated TestCase.
     """
     if not callable(factory):
@@ -332,6 +351,8 @@ def pool_machine(
         batches=batches,
     )
     name = getattr(factory, "__name__", "Pool")
+    if check_backend:
+        _runs_on(factory, name, options)
     machine = type(
         f"{name}Machine",
         (PoolMachine,),
