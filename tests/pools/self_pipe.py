@@ -174,9 +174,7 @@ class SocketPairPool(BlockLedger):
                 found, left = self._look(sender, deadline)
                 if found is not _WAIT:
                     return found  # type: ignore[return-value]
-                receiver.settimeout(left)
-                with contextlib.suppress(TimeoutError):
-                    receiver.recv(64)
+                self._sleep(receiver, sender, left)
         finally:
             with self._lock:
                 self._waiters.discard(sender)
@@ -191,8 +189,16 @@ class SocketPairPool(BlockLedger):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None, None
-            self._waiters.add(sender)
+            self._register(sender)
             return _WAIT, left
+
+    def _register(self, sender: socket.socket) -> None:
+        self._waiters.add(sender)
+
+    def _sleep(self, receiver: socket.socket, sender: socket.socket, left: float | None) -> None:
+        receiver.settimeout(left)
+        with contextlib.suppress(TimeoutError):
+            receiver.recv(64)
 
     def release(self, block: Block) -> bool:
         if not self._last_reference(block):
@@ -210,13 +216,10 @@ class SocketPairLateRegisterPool(SocketPairPool):
     """Registers its socket in a second lock section (BUG): a release in between sends to
     nobody, and the waiter sleeps out its timeout beside a free block."""
 
-    def _look(self, sender: socket.socket, deadline: float | None) -> tuple[object, float | None]:
-        with self._lock:
-            if self._free:
-                return self._taken(self._free.popleft()), None
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None, None
+    def _register(self, sender: socket.socket) -> None:
+        return None
+
+    def _sleep(self, receiver: socket.socket, sender: socket.socket, left: float | None) -> None:
         with self._lock:
             self._waiters.add(sender)
-        return _WAIT, left
+        super()._sleep(receiver, sender, left)
