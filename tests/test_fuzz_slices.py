@@ -148,3 +148,17 @@ def test_ctrl_c_while_the_machine_shrinks_keeps_its_finding(monkeypatch: pytest.
         None,
     )
     assert found is not None and found.invariant == "double-release"
+
+
+def test_hypothesis_finding_the_machine_s_draws_flaky_is_no_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool whose answers on real threads steer the machine's draws can make Hypothesis raise
+    FlakyStrategyDefinition (a subclass of Flaky; a loaded CI rehearsal's run of the test above):
+    the machine slice went down with it. With no failure found first, it now finds nothing."""
+    from hypothesis.errors import Flaky
+
+    def flaky(machine: object, hypothesis_settings: object) -> None:
+        raise Flaky("Inconsistent data generation!")
+
+    monkeypatch.setattr(slices_module, "_run_as_test", flaky)
+    target = load_target("pools.broken:DoubleReleaseTruePool")
+    assert slices_module.run_machine(target, 0, batches=False) is None
