@@ -21,6 +21,7 @@ no reader and no flush to survive the child. The run's wall time grows by one pr
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import queue
@@ -520,6 +521,20 @@ def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: A
     events.put(("done", worker, report, outcome.executions, outcome.operations, outcome.interrupted))
     events.close()
     events.join_thread()  # the result is in the pipe before this process may be killed
+    _exit_now()
+
+
+def _exit_now() -> None:
+    """End a child whose result is delivered as a forked child ends (``os._exit``), its logs
+    flushed, rather than through the interpreter's shutdown, which runs the pool's exit hooks
+    beside its daemon threads: a pool whose ``weakref.finalize`` wakes its own reset thread at
+    exit aborted the child after a clean run ("terminate called without an active exception",
+    "Fatal Python error: Aborted" and every thread's stack in the user's terminal)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 def _start_clear_of_cwd(processes: list[Any]) -> None:

@@ -7,6 +7,7 @@ fuzzing child dies part way through its run, and a run replayed from its start d
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import sys
 from typing import Any, ClassVar
@@ -66,8 +67,16 @@ class GreedyPool(_Dies):
 
 class BlocksForeverPool(_Dies):
     """A release that blocks in a C call for good (a read of a pipe nobody writes), on the
-    thread that runs it: its process does not end by itself."""
+    thread that runs it: a hang, which a watchdog of kvstress's sees."""
 
     def die(self) -> None:
         read, _write = os.pipe()
         os.read(read, 1)
+
+
+class HoldsTheGilPool(_Dies):
+    """A release that runs for good in a C call that never lets the GIL go: no other thread of
+    its process runs again, kvstress's watchdogs included; only the supervisor can end it."""
+
+    def die(self) -> None:
+        sum(itertools.repeat(1))

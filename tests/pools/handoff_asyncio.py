@@ -136,13 +136,15 @@ class ThreadResetHandoffPool(HandoffPool):
     reported lost. The thread holds the pool weakly and ends with it."""
 
     via_coroutine = False
+    wake_at_exit = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._jobs: queue.Queue[tuple[asyncio.AbstractEventLoop, Block] | None] = queue.Queue()
         worker = threading.Thread(target=_reset_worker, args=(weakref.ref(self), self._jobs), daemon=True)
         worker.start()
-        weakref.finalize(self, self._jobs.put, None)
+        # Not at exit: a daemon thread woken while the interpreter shuts down may abort it.
+        weakref.finalize(self, self._jobs.put, None).atexit = self.wake_at_exit
 
     async def release(self, block: Block) -> bool:
         if not self._last_reference(block):
@@ -175,6 +177,14 @@ class ThreadCoroutineResetHandoffPool(ThreadResetHandoffPool):
     """Correct, as ``ThreadResetHandoffPool``, handing back with ``run_coroutine_threadsafe``."""
 
     via_coroutine = True
+
+
+class ExitWakesResetThreadPool(ThreadResetHandoffPool):
+    """Correct, as ``ThreadResetHandoffPool``, but its reset thread is told to stop by an exit
+    hook (``weakref.finalize``'s default): woken as the interpreter shuts down, it may abort the
+    process (``terminate called without an active exception``) after all its work is done."""
+
+    wake_at_exit = True
 
 
 class ThreadSkipsResetPool(ThreadResetHandoffPool):
