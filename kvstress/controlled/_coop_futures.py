@@ -25,16 +25,18 @@ _PENDING, _RUNNING, _CANCELLED, _FINISHED = "PENDING", "RUNNING", "CANCELLED", "
 _DONE = (_CANCELLED, _FINISHED)
 
 
-class Future:
-    """``concurrent.futures.Future``: a result that a worker sets and waiters park for."""
+class Future(concurrent.futures.Future):  # type: ignore[type-arg]
+    """``concurrent.futures.Future``: a result that a worker sets and waiters park for. A
+    subclass of the real one, so that what checks for one (``asyncio.wrap_future``) takes it;
+    every method is this one's."""
 
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # the real __init__ makes a real Condition: not called
         self._cond = _coop.Condition(_coop.Lock())
         self._state = _PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
         self._callbacks: list[Callable[[Future], object]] = []
-        self._waiters: list[_coop.Condition] = []  # wait()/as_completed() callers to notify
+        self._watchers: list[_coop.Condition] = []  # wait()/as_completed() callers to notify
 
     def __repr__(self) -> str:
         return f"<cooperative Future state={self._state}>"
@@ -85,7 +87,7 @@ class Future:
     def _settled(self) -> None:
         with self._cond:
             self._cond.notify_all()
-            waiters, self._waiters = self._waiters, []
+            waiters, self._watchers = self._watchers, []
         for waiter in waiters:
             with waiter:
                 waiter.notify_all()
@@ -261,7 +263,7 @@ def wait(
         for future in futures:
             with future._cond:
                 if not future.done():
-                    future._waiters.append(waiter)
+                    future._watchers.append(waiter)
         waiter.wait_for(enough, timeout)
     done = {f for f in futures if f.done()}
     return DoneAndNotDoneFutures(done, futures - done)

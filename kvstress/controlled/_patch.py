@@ -30,7 +30,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from kvstress.controlled import _coop, _coop_compound, _coop_futures, _coop_io, _coop_queue
+from kvstress.controlled import _coop, _coop_asyncio, _coop_compound, _coop_futures, _coop_io, _coop_queue
 from kvstress.controlled._baton import active_controller
 from kvstress.controlled._loop import ControlledEventLoop
 from kvstress.controlled._reach import left_alone
@@ -221,6 +221,7 @@ _THREAD_SWAPS = _swaps(
         (select, _coop_io.SELECT),
         (selectors, _coop_io.SELECTORS),
         (socket, _coop_io.SOCKET),
+        (asyncio, _coop_asyncio.ASYNCIO),
         (datetime, {"datetime": _virtual_datetime(_thread_virtual_now, _coop.EPOCH)}),
     )
 )
