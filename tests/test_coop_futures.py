@@ -157,3 +157,19 @@ def test_an_explored_executor_test_finds_a_leak_and_shows_where_the_user_took_th
     message = str(caught.value)
     assert caught.value.invariant == "lost-block"
     assert "in _leaky_request" in message and "kvstress/controlled" not in message
+
+
+def test_a_cooperative_future_reads_as_the_standard_librarys() -> None:
+    """A message about the code's future (an InvalidStateError, a crash report) names a Future,
+    as the standard library writes one, not kvstress's stand-in."""
+    real, stand_in = concurrent.futures.Future(), _coop_futures.Future()
+    for future in (real, stand_in):
+        future.set_result(3)
+    shown = [repr(f).split(" at ")[0] + repr(f).split(" state=")[1] for f in (real, stand_in)]
+    assert shown[0] == shown[1] == "<Futurefinished returned int>"
+    with pytest.raises(concurrent.futures.InvalidStateError, match="FINISHED: <Future at"):
+        stand_in.set_result(4)
+    failed = _coop_futures.Future()
+    failed.set_exception(KeyError("x"))
+    assert repr(failed).endswith("state=finished raised KeyError>")
+    assert repr(_coop_futures.Future()).endswith("state=pending>")

@@ -39,7 +39,13 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         self._watchers: list[_coop.Condition] = []  # wait()/as_completed() callers to notify
 
     def __repr__(self) -> str:
-        return f"<cooperative Future state={self._state}>"
+        """As the standard library's (a message about the code's future names no stand-in)."""
+        state = self._state.lower()
+        if self._state == _FINISHED:
+            if self._exception is not None:
+                return f"<Future at {id(self):#x} state={state} raised {type(self._exception).__name__}>"
+            return f"<Future at {id(self):#x} state={state} returned {type(self._result).__name__}>"
+        return f"<Future at {id(self):#x} state={state}>"
 
     def cancel(self) -> bool:
         """Cancel unless running or done; True if it is cancelled now."""
