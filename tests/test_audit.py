@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -524,3 +525,30 @@ def test_a_drifting_counter_is_still_found_beside_blocks_held_before_the_audit()
     with pytest.raises(InvariantViolation) as caught:
         pool.release(take(pool))
     assert violation_of(caught).invariant == "counter-mismatch"
+
+
+def test_a_write_after_release_names_no_innocent_holder() -> None:
+    """A keeps a view and releases; B takes and releases the block without writing; A writes
+    through its old view. The audit sees the write only at close, after B's release: it said
+    the block was written "by B". It names B's tenancy as one possibility among earlier ones."""
+    pool = audited(1)
+    kept: dict[str, torch.Tensor] = {}
+
+    def a_takes() -> None:
+        block = take(pool)
+        kept["view"] = block.data
+        pool.release(block)
+
+    def b_takes() -> None:
+        pool.release(take(pool))
+
+    for name, step in (("holder-A", a_takes), ("holder-B", b_takes)):
+        thread = threading.Thread(target=step, name=name)
+        thread.start()
+        thread.join()
+    kept["view"].fill_(7.0)
+    with pytest.raises(InvariantViolation) as caught:
+        pool.close()
+    message = violation_of(caught).message
+    assert "by holder-B" not in message
+    assert "last tenancy's (holder-B) or of an earlier one" in message and "cannot say whose" in message

@@ -137,8 +137,7 @@ def dirty_read(inner: Any, holder: str, previous: Lease | None) -> tuple[str, st
             "dirty-read",
             f"{block} came out of {holder}'s acquire with {detail}, but it read as all zeros when "
             f"{previous.ended_by} released its last reference (tenancy {previous.number}, operation "
-            f"{previous.ended_op}): it was written after its release, through a stale handle's view, "
-            f"by {_one_of(holders(previous))} (a caller bug: use after release)",
+            f"{previous.ended_op}): it was written after its release, {_kept_view(previous)}",
         )
     released = "" if previous is None else f" (last released by {previous.ended_by})"
     return (
@@ -156,8 +155,19 @@ def released_block_changed(lease: Lease) -> str | None:
     return (
         f"block {lease.block_id} read as all zeros when {lease.ended_by} released its last reference "
         f"(tenancy {lease.number}, operation {lease.ended_op}), and now holds "
-        f"{nonzero_detail(lease.inner)}: it was written after its release, through a stale "
-        f"handle's view, by {_one_of(holders(lease))} (a caller bug: use after release)"
+        f"{nonzero_detail(lease.inner)}: it was written after its release, {_kept_view(lease)}"
+    )
+
+
+def _kept_view(lease: Lease) -> str:
+    """Who may have written a block after ``lease`` (its last tenancy) ended: the write comes
+    later than any call of the audit's, so it cannot be tied to one holder; a view kept from
+    an earlier tenancy writes as well as one from the last."""
+    last = _one_of(holders(lease))
+    return (
+        "through a view of its memory some holder kept past a release: one of its last tenancy's "
+        f"({last}) or of an earlier one; the write itself is not seen, so the audit cannot say "
+        "whose (a caller bug: use after release)"
     )
 
 
