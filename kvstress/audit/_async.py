@@ -14,7 +14,7 @@ import anyio
 
 from kvstress._errors import PoolExhausted
 from kvstress.audit._block import AuditedBlock
-from kvstress.audit._core import AuditCore
+from kvstress.audit._core import CLOSE_POLL_S, CLOSE_SETTLE_S, AuditCore
 
 
 class AsyncAuditedPool(AuditCore):
@@ -169,6 +169,25 @@ class AsyncAuditedPool(AuditCore):
     def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ always raises
         return None
 
+    async def aclose(self) -> None:
+        """``close()``, and then wait, up to ``CLOSE_SETTLE_S`` on the loop's clock, for the
+        blocks released through the audit that the pool has not queued yet (a reset task or
+        thread may finish a release after it returned): ``lost-block`` for those that never
+        arrive. ``async with`` ends with it; a plain ``close()`` cannot wait, and leaves them."""
+        if not self._close_checks():
+            return
+        missing = self.not_back()
+        if not missing:
+            return
+        start = anyio.current_time()
+        pause, longest = CLOSE_POLL_S
+        while missing and anyio.current_time() - start < CLOSE_SETTLE_S:
+            await anyio.sleep(pause)
+            pause = min(2 * pause, longest)
+            missing = self.not_back()
+        if missing:
+            raise self.never_back(missing, CLOSE_SETTLE_S)
+
     async def __aenter__(self) -> AsyncAuditedPool:
         return self
 
@@ -176,7 +195,7 @@ class AsyncAuditedPool(AuditCore):
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
         if kind is None:
-            self.close()
+            await self.aclose()
         else:
             self._close_quietly()
 

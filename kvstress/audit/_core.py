@@ -9,6 +9,7 @@ ledger update can never be interleaved with another task's.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,13 @@ from kvstress.audit._report import block_table, capture_stack, describe_lease, l
 from kvstress.pool._state import HELD_STATES
 
 _HANDLE_CALLS = frozenset({"acquire_many", "mark_in_use_many"})
+
+CLOSE_SETTLE_S = 2.0
+"""How long ``close()`` waits for a block released through the audit that the pool has not queued
+yet (a pool may finish a release after it returned: a reset thread, a task, a stream callback),
+before it calls the block lost. Polled from 1 ms up, so a block on its way costs its own delay
+only; the clock is the run's virtual one under exploration."""
+CLOSE_POLL_S = (0.001, 0.1)  # the first poll interval, doubled up to the last
 
 # Each audit's first violation, numbered in the order found, the latest few only: an explored
 # run that fails otherwise (a deadlock once a worker died of the violation) names it instead.
@@ -398,8 +406,19 @@ class AuditCore:
         """End the audit: raise the first violation found (even one the caller swallowed), then
         check that every block came back, listing each leak with its holder and acquire stack,
         that no released block was written since, and the pool's queue and counter."""
+        if self._close_checks():
+            self._wait_back()
+
+    def _wait_back(self) -> None:
+        """Wait for the blocks released through the audit that the pool has not queued yet, up
+        to ``CLOSE_SETTLE_S``, then raise ``lost-block`` for those still missing (the flavour
+        says how it waits; one that cannot wait here checks nothing)."""
+
+    def _close_checks(self) -> bool:
+        """``close``'s checks that need no wait; True when nothing was in flight (the pool can
+        then be read at rest: ``not_back``)."""
         if self._closed:
-            return
+            return False
         self._closed = True
         first = self._first
         if first is not None:
@@ -422,6 +441,38 @@ class AuditCore:
                 raise self.violation("dirty-read", changed)
         if quiet:
             self._quiet.full(seq)
+        return quiet
+
+    def not_back(self) -> list[int]:
+        """At close, nothing in flight: the blocks nobody holds that are not in the pool's free
+        queue (released, and on their way back or lost)."""
+        with self._ledger.lock:
+            held = set(self._ledger.open) | set(self._ledger.outside)
+        try:
+            queued = set(self.pool.free_ids())
+        except Exception:  # a pool that cannot be read now: the quiet checks said so already
+            return []
+        return [block for block in range(self.num_blocks) if block not in held and block not in queued]
+
+    def never_back(self, missing: list[int], waited: float) -> InvariantViolation:
+        """The violation for blocks released through the audit and not back ``waited`` s later."""
+        with self._ledger.lock:
+            leases = [self._ledger.latest.get(block) for block in missing]
+        said = []
+        for block, lease in zip(missing, leases, strict=True):
+            state = "unknown"
+            if lease is not None:
+                with contextlib.suppress(Exception):
+                    raw = lease.inner.state
+                    state = str(getattr(raw, "name", raw))
+            by = f", released by {lease.ended_by}" if lease is not None and lease.ended_by else ""
+            said.append(f"block {block} ({state}{by})")
+        return self.violation(
+            "lost-block",
+            f"{', '.join(said)}: nobody holds it, and it is still not in the pool's free queue "
+            f"{waited:g} s after the audit closed: the pool never offered it back (a pool bug, seen "
+            "at close; a pool may finish a release after it returned, and the audit waited for it)",
+        )
 
     def _close_quietly(self) -> None:
         """Close after an exception went by: nothing more is raised over it."""

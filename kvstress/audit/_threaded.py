@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 
 from kvstress._errors import PoolExhausted
 from kvstress.audit._block import AuditedBlock
-from kvstress.audit._core import AuditCore
+from kvstress.audit._core import CLOSE_POLL_S, CLOSE_SETTLE_S, AuditCore
+from kvstress.controlled import _coop
 
 
 class AuditedPool(AuditCore):
@@ -122,6 +124,23 @@ class AuditedPool(AuditCore):
             yield acquired
         finally:
             self.release(acquired)
+
+    def _wait_back(self) -> None:
+        """Poll for the blocks on their way back, on the clock a sleep here runs on: virtual in a
+        controlled thread (an explored test: the pool's own reset thread runs meanwhile), real
+        elsewhere."""
+        missing = self.not_back()
+        if not missing:
+            return
+        clock = _coop.monotonic if _coop._here()[1] is not None else time.monotonic
+        start = clock()
+        pause, longest = CLOSE_POLL_S
+        while missing and clock() - start < CLOSE_SETTLE_S:
+            _coop.sleep(pause)
+            pause = min(2 * pause, longest)
+            missing = self.not_back()
+        if missing:
+            raise self.never_back(missing, CLOSE_SETTLE_S)
 
     def __enter__(self) -> AuditedPool:
         return self
