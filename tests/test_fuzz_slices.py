@@ -12,7 +12,7 @@ import pytest
 from kvstress import InvariantViolation
 from kvstress.fuzz import _slices as slices_module
 from kvstress.fuzz import fuzz, load_target
-from kvstress.fuzz._slices import MACHINE_HANG_BOUND, MACHINE_SHRINK_CAP_S, run_slice
+from kvstress.fuzz._slices import MACHINE_HANG_BOUND, MACHINE_SHRINK_CAP_S, run_machine, run_slice
 
 
 def test_the_machine_s_time_to_detect_excludes_shrinking() -> None:
@@ -162,3 +162,17 @@ def test_hypothesis_finding_the_machine_s_draws_flaky_is_no_crash(monkeypatch: p
     monkeypatch.setattr(slices_module, "_run_as_test", flaky)
     target = load_target("pools.broken:DoubleReleaseTruePool")
     assert slices_module.run_machine(target, 0, batches=False) is None
+
+
+def test_a_machine_finding_is_cut_to_the_steps_it_needs() -> None:
+    """Found on the machine's concurrent runs, a three-step sequential bug was reported as a
+    24-52 step program: Hypothesis shrinks by replaying real threads, and its time was up. The
+    steps are now cut out directly: acquire, share, and the release at teardown."""
+    target = load_target("pools.double_down:UnusedSharedDoubleDownPool", num_blocks=2, block_shape=(2, 4))
+    violation = run_machine(target, 5, shrink_s=1.0, batches=True)
+    assert violation is not None and violation.invariant == "refcount"
+    program = violation.program
+    assert program.splitlines()[-1] == "state.teardown()"
+    steps = program.splitlines()[1:-1]
+    assert len(steps) <= 3, program
+    assert any("share" in step for step in steps), program

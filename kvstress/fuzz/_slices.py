@@ -28,6 +28,7 @@ from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.fuzz._contract import run_contract
 from kvstress.fuzz._target import FuzzTarget, machine_for
 from kvstress.machines import PoolMachine
+from kvstress.machines._program import shortened
 from kvstress.scenarios import ScenarioConfig, search, stress
 from kvstress.scenarios._execution import has_member
 from kvstress.scenarios._motifs import churn, motifs
@@ -73,7 +74,7 @@ on seeds 0-4: depth 3 found 2 of 5 within 800, depth 4 5 of 5 (28-645), depth 5 
 30 s."""
 MACHINE_HANG_BOUND = 1.0  # seconds; a hung pool costs this per hang, and shrinking replays it
 MACHINE_EXAMPLES = 10  # examples per Hypothesis run within a slice
-MACHINE_SHRINK_CAP_S = 30.0
+MACHINE_SHRINK_CAP_S = 10.0
 """The most wall seconds shrinking one machine finding may take, whatever budget is left: each
 shrink step replays the example on a real loop or real threads, a hang at its full bound."""
 
@@ -511,6 +512,26 @@ def run_machine(
     """
     machine = machine_for(target, MACHINE_HANG_BOUND, batches)
     clock = _MachineClock(shrink_s, time.monotonic() + search_s)
+    found = _hypothesis_run(machine, clock, seed, counts, shrink, search_ended)
+    if found is None or not shrink:
+        return found
+    return shortened(machine, found, SHORTEN_CAP_S, time.monotonic)
+
+
+SHORTEN_CAP_S = 3.0
+"""Wall seconds spent cutting steps out of a machine finding's program once Hypothesis has shrunk
+it (``shortened``): each try runs the program twice, milliseconds for sequential steps."""
+
+
+def _hypothesis_run(
+    machine: type[PoolMachine],
+    clock: _MachineClock,
+    seed: int,
+    counts: MachineCounts | None,
+    shrink: bool,
+    search_ended: list[float] | None,
+) -> InvariantViolation | None:
+    """``run_machine``'s Hypothesis run, cut off by ``clock``."""
     timed = _timed(machine, clock, seed, counts)
     database = InMemoryExampleDatabase()
     try:

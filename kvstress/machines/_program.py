@@ -11,6 +11,7 @@ up to its failing step, and ``run_pool_machine`` turns a flaky failure into an
 from __future__ import annotations
 
 import functools
+import re
 import unittest
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -119,6 +120,85 @@ def _fails_again(machine: type[Any], program: str, invariant: str) -> bool:
     except InvariantViolation as violation:
         return violation.invariant == invariant
     return False
+
+
+def shortened(
+    machine: type[Any], violation: InvariantViolation, budget_s: float, clock: Callable[[], float]
+) -> InvariantViolation:
+    """``violation`` with its program cut to fewer steps where a shorter one fails the same way.
+
+    Hypothesis shrinks by the draws, replaying every candidate example; on a machine whose
+    steps start real threads (``concurrent_batch``) it had shrunk a three-step sequential bug
+    (acquire, share, release) to 24-52 steps when its time was up (a blind user's LMCache
+    rebuild). Here the steps themselves are dropped, chunks first, halving (ddmin's first
+    half), each with the later steps that use a value it made: a candidate is kept when it
+    fails with the same invariant twice running, so a race that fails now and then is not
+    traded for a shorter program that seldom does. Within ``budget_s`` of ``clock``; the
+    violation returned is the shortest program's own run, cut at its failing step."""
+    parsed = _steps_of(violation)
+    if parsed is None or not parsed[1]:
+        return violation
+    (head, steps), best = parsed, violation
+    until = clock() + budget_s
+    chunk = max(1, len(steps) // 2)
+    while chunk >= 1 and clock() < until:
+        at = 0
+        while at < len(steps) and clock() < until:
+            candidate = _without(steps, at, chunk)
+            found = _fails_twice(machine, [head, *candidate, "state.teardown()"], violation.invariant)
+            cut = _steps_of(found) if found is not None else None
+            if found is not None and cut is not None and len(cut[1]) < len(steps):
+                steps, best = cut[1], found
+                chunk = min(chunk, max(1, len(steps) // 2))
+            else:
+                at += chunk
+        chunk //= 2
+    return best
+
+
+def _steps_of(violation: InvariantViolation) -> tuple[str, list[str]] | None:
+    """(the ``state = ...`` line, the steps) of the violation's program, up to its failing step."""
+    program = getattr(violation, "program", None)
+    lines = program.splitlines() if isinstance(program, str) else []
+    if len(lines) < 2 or lines[-1] != "state.teardown()":
+        return None
+    return lines[0], lines[1:-1]
+
+
+_NAMED = re.compile(r"^(\w+) = state\.")
+
+
+def _without(steps: list[str], at: int, count: int) -> list[str]:
+    """``steps`` less ``count`` of them from ``at``, and less every later step that uses a value
+    a dropped step made (``blocks_0 = ...``, then ``state.share(ref=blocks_0)``)."""
+    dropped: set[str] = set()
+    kept: list[str] = []
+    for index, step in enumerate(steps):
+        named = _NAMED.match(step)
+        uses = set(re.findall(r"\b\w+_\d+\b", step.split(" = ", 1)[-1]))
+        if at <= index < at + count or uses & dropped:
+            if named:
+                dropped.add(named.group(1))
+            continue
+        kept.append(step)
+    return kept
+
+
+def _fails_twice(machine: type[Any], lines: list[str], invariant: str) -> InvariantViolation | None:
+    """The violation of the second of two runs of the program, if both fail with ``invariant``."""
+    found = None
+    for _ in range(2):
+        try:
+            exec("\n".join(lines), {machine.__name__: machine})  # our own program text, not input
+        except InvariantViolation as violation:
+            if violation.invariant != invariant:
+                return None
+            found = violation
+            continue
+        except Exception:  # a step whose value a dropped step made (NameError), and the like
+            return None
+        return None
+    return found
 
 
 class MachineTestCase:
