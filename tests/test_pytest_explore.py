@@ -296,3 +296,43 @@ def test_b():
     out = result.stdout.str()
     assert "test_two.py::test_a: explored 5 schedules" in out
     assert "test_two.py::test_b: explored 7 schedules" in out
+
+
+UNITTEST_SUITE = """
+import asyncio
+import threading
+import unittest
+
+import pytest
+
+
+class TestIso(unittest.IsolatedAsyncioTestCase):
+    @pytest.mark.kvstress_explore(schedules=5)
+    async def test_iso(self):
+        await asyncio.sleep(0.001)
+
+    async def test_unmarked(self):
+        await asyncio.sleep(0.001)
+
+
+class TestSync(unittest.TestCase):
+    @pytest.mark.kvstress_explore(schedules=3)
+    def test_sync(self):
+        thread = threading.Thread(target=lambda: None)
+        thread.start()
+        thread.join()
+"""
+
+
+def test_a_marked_unittest_method_fails_at_setup_saying_why(pytester: pytest.Pytester) -> None:
+    """A marked IsolatedAsyncioTestCase method hung pytest (schedule after schedule of nothing:
+    unittest runs the method, where no schedule reaches), and a marked TestCase method that
+    started a thread was refused as if a fixture had started it. Both now fail at setup, in one
+    line that says what to write instead; their unmarked neighbour runs as ever."""
+    pytester.makeini(INI)
+    pytester.makepyfile(test_units=UNITTEST_SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", timeout=120)
+    result.assert_outcomes(passed=1, errors=2)
+    out = result.stdout.str()
+    assert out.count("does not run a unittest.TestCase method") >= 2
+    assert "Traceback" not in out

@@ -22,6 +22,7 @@ import inspect
 import re
 import shlex
 import threading
+import unittest
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
@@ -51,6 +52,19 @@ _THEN_TEARDOWN = "passed, and then its fixtures' teardown failed"
 _WITH_GIVEN = (
     "does not combine with Hypothesis' @given; explore a plain test, or call kvstress.explore inside"
 )
+
+
+_UNITTEST = (
+    "does not run a unittest.TestCase method (unittest runs it, and an IsolatedAsyncioTestCase on "
+    "an event loop of its own, where no schedule reaches): write it as a pytest test (a function, "
+    "or a method of a plain class), or call kvstress.explore(...) inside the method"
+)
+
+
+def _unittest_method(item: pytest.Item) -> bool:
+    """Whether ``item`` is a method of a ``unittest.TestCase`` (pytest runs it through unittest)."""
+    cls = getattr(item, "cls", None)
+    return isinstance(cls, type) and issubclass(cls, unittest.TestCase)
 
 
 def _refuse_fixture_threads(run: Run, test: Callable[..., Any]) -> None:
@@ -105,8 +119,8 @@ class ExploredTests:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         """A marked test runs its protocol once per schedule, each on fresh fixtures."""
         marker = item.get_closest_marker(MARKER_NAME)
-        if marker is None or not isinstance(item, pytest.Function):
-            return None
+        if marker is None or not isinstance(item, pytest.Function) or _unittest_method(item):
+            return None  # a unittest method: refused at its setup (``pytest_runtest_setup``)
         run = self._run(item, marker)
         run.on_loop = item.nodeid.partition("[")[0] in self._looped
         self._active = run
@@ -118,6 +132,14 @@ class ExploredTests:
         finally:
             self._active = None
         return True
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """A marked ``unittest.TestCase`` method fails at its setup, saying why: unittest runs
+        it (and an ``IsolatedAsyncioTestCase`` its own event loop), where no schedule reaches,
+        and schedule after schedule of nothing never ended (pytest hung)."""
+        if item.get_closest_marker(MARKER_NAME) is not None and _unittest_method(item):
+            pytest.fail(f"{MARKER_NAME}: {_UNITTEST}", pytrace=False)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> Generator[None, object, object]:
