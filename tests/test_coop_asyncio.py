@@ -172,3 +172,19 @@ def test_asyncio_run_refuses_a_running_loop_as_the_standard_library_does() -> No
             _coop_asyncio.run(coroutine)
 
     asyncio.run(inner())
+
+
+def test_asyncio_run_of_to_thread_in_an_explored_plain_test() -> None:
+    """``asyncio.run`` of a ``to_thread`` inside a plain explored function: the default
+    executor's workers were real threads, joined at the loop's end from a real thread of the
+    loop's own, which cannot wait on the baton ("joining asyncio_0 outside a controlled thread
+    would wait forever", a blind user's). Its workers are controlled threads now."""
+    import kvstress
+
+    def main() -> None:
+        async def inner() -> int:
+            return await asyncio.to_thread(lambda: 7)
+
+        assert asyncio.run(inner()) == 7
+
+    assert "explored 20 schedules" in str(kvstress.explore(main, schedules=20, seed=0))

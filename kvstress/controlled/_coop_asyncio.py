@@ -36,9 +36,34 @@ class SelectorEventLoop(asyncio.SelectorEventLoop):
     def __init__(self, selector: Any = None) -> None:
         super().__init__(SELECTORS["DefaultSelector"]() if selector is None else selector)
 
+    _kv_executor: _coop_futures.ThreadPoolExecutor | None = None
+    _kv_default_set = False
+
     def time(self) -> float:
         _, me = _coop._here()
         return _time.monotonic() if me is None else _coop.monotonic()
+
+    def set_default_executor(self, executor: Any) -> None:
+        self._kv_default_set = True
+        super().set_default_executor(executor)
+
+    def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:  # type: ignore[override]
+        """``run_in_executor``; in a controlled thread the default executor (``to_thread``'s) is a
+        cooperative one, whose workers are controlled threads: the stock one's real workers ran
+        beside the schedule, and the loop joined them at its end from a real thread of its own,
+        which cannot wait on the baton (a blind user's ``asyncio.run`` of a ``to_thread``)."""
+        if executor is None and not self._kv_default_set and _coop._here()[1] is not None:
+            if self._kv_executor is None:
+                self._kv_executor = _coop_futures.ThreadPoolExecutor(thread_name_prefix="asyncio")
+            executor = self._kv_executor
+        return super().run_in_executor(executor, func, *args)
+
+    async def shutdown_default_executor(self, *args: Any, **kwargs: Any) -> None:
+        """The cooperative default executor is shut down here, its workers joined on the baton."""
+        executor, self._kv_executor = self._kv_executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        await super().shutdown_default_executor(*args, **kwargs)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
