@@ -336,3 +336,38 @@ def test_a_marked_unittest_method_fails_at_setup_saying_why(pytester: pytest.Pyt
     out = result.stdout.str()
     assert out.count("does not run a unittest.TestCase method") >= 2
     assert "Traceback" not in out
+
+
+ANYIO_TRIO_FIXTURE = """
+import pytest
+import kvstress
+
+
+@pytest.fixture
+def anyio_backend():
+    return "trio"
+
+
+@pytest.fixture
+async def pool():
+    return kvstress.AsyncBlockPool(2, (2, 4))
+
+
+@pytest.mark.kvstress_explore(schedules=5, seed=1)
+@pytest.mark.anyio
+async def test_explored(pool):
+    block = await pool.acquire()
+    await pool.release(block)
+"""
+
+
+def test_an_async_fixture_under_anyios_trio_runner(pytester: pytest.Pytester) -> None:
+    """anyio's plugin keeps a trio run open in the test's thread for its async fixtures, and
+    trio refuses a run inside a run: every explored trio test with an async fixture failed
+    "schedule 1", RuntimeError: Attempted to call run() from inside a run() (a blind user's).
+    The schedules run in a thread of their own there."""
+    pytester.makeini(INI)
+    pytester.makepyfile(test_trio_fixture=ANYIO_TRIO_FIXTURE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(passed=1)
+    assert "test_explored: explored 5 schedules" in result.stdout.str()

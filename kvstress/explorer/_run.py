@@ -12,6 +12,7 @@ import functools
 import gc
 import inspect
 import math
+import threading
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -191,7 +192,29 @@ def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
                 "modules)"
             )
 
-    seeded_trio_run(bounded, seed=scheduler.next_u64())
+    seed = scheduler.next_u64()
+    if not trio.lowlevel.in_trio_run():
+        seeded_trio_run(bounded, seed=seed)
+        return
+    # Called inside a trio run of this thread (anyio's pytest plugin keeps one open on trio for
+    # the test's async fixtures), where trio refuses a second: the schedule runs in a thread of
+    # its own, and this one waits (it was "Attempted to call run() from inside a run()", a
+    # blind user's async fixture on trio, reported as the schedule failing).
+    outcome: list[BaseException | None] = []
+
+    def in_thread() -> None:
+        try:
+            seeded_trio_run(bounded, seed=seed)
+        except BaseException as error:  # handed to the caller's thread
+            outcome.append(error)
+        else:
+            outcome.append(None)
+
+    runner = threading.Thread(target=in_thread, name="kvstress-trio-schedule", daemon=True)
+    runner.start()
+    runner.join()
+    if outcome and outcome[0] is not None:
+        raise outcome[0]
 
 
 class MisusedExplore(ValueError):
