@@ -371,3 +371,53 @@ def test_an_async_fixture_under_anyios_trio_runner(pytester: pytest.Pytester) ->
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(passed=1)
     assert "test_explored: explored 5 schedules" in result.stdout.str()
+
+
+READERS = """
+import threading
+
+
+class SharedPrefix:
+    def __init__(self, pool, block, readers):
+        self.pool, self.block, self.readers = pool, block, readers
+
+    def done(self):
+        left = self.readers - 1  # a read-modify-write without a lock (the bug)
+        self.readers = left
+        if left == 0:
+            self.pool.release(self.block)
+
+
+def run(pool):
+    block = pool.acquire()
+    shared = SharedPrefix(pool, block, 2)
+    threads = [threading.Thread(target=shared.done) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+"""
+
+READERS_TEST = """
+import pytest
+import kvstress
+import readers
+
+
+@pytest.mark.kvstress_explore(schedules=200, seed=0)
+def test_readers():
+    with kvstress.audit(kvstress.ThreadedBlockPool(2, (2, 4))) as pool:
+        readers.run(pool)
+"""
+
+
+def test_a_race_in_the_users_own_module_is_found_without_naming_it(pytester: pytest.Pytester) -> None:
+    """The code under test is seldom in the test's file: a lost update between two threads in
+    the user's ``readers.py`` passed 200 schedules (its lines were no scheduling points), and was
+    found at the second once named in ``modules``. The user's own modules that a plain test
+    reaches and that use threads are traced now."""
+    pytester.makeini(INI)
+    pytester.makepyfile(readers=READERS, test_readers=READERS_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(failed=1)
+    assert "[lost-block]" in result.stdout.str()

@@ -113,6 +113,12 @@ def _referred(module: types.ModuleType) -> Iterator[types.ModuleType]:
                 yield found
 
 
+def users_own(module: types.ModuleType) -> bool:
+    """Whether ``module`` is the user's own code: outside the installed packages, the standard
+    library and the harness."""
+    return not left_alone(module.__name__) and not _installed(module)
+
+
 def _installed(module: types.ModuleType) -> bool:
     """Whether ``module`` comes from an installed package (site-packages), not the user's tree."""
     path = getattr(module, "__file__", None)

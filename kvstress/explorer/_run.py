@@ -22,7 +22,7 @@ from kvstress.audit._core import first_violation_since, violations_mark
 from kvstress.controlled import SchedulerExhausted, SchedulerMisbehaved, run_controlled
 from kvstress.controlled._baton import ThreadController
 from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files
-from kvstress.controlled._reach import reached_modules
+from kvstress.controlled._reach import reached_modules, users_own
 from kvstress.schedulers import Schedule, ScheduleDivergence, Scheduler
 
 # The library's threaded modules (the pools, and the block tables, manager and prefix cache a
@@ -67,8 +67,14 @@ def is_async(fn: Callable[..., Any]) -> bool:
 
 
 def thread_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[types.ModuleType, ...]:
-    """The modules a threaded ``fn`` is traced in: its own, the given ones, and the pools'."""
-    return resolve_modules((underlying(fn), *modules, *LIBRARY_MODULES))
+    """The modules a threaded ``fn`` is traced in: its own, the given ones, the pools', and the
+    user's own modules (outside the installed packages) that its module reaches and that use
+    threads, locks, queues or the clock: the code under test is seldom in the test's file, and
+    a lost update between two threads in the user's ``readers.py`` passed 200 schedules, found
+    at the second once named in ``modules`` (a blind user's). An installed package's modules
+    are made cooperative, not traced (``used_modules``)."""
+    resolved = resolve_modules((underlying(fn), *modules, *LIBRARY_MODULES))
+    return resolved + tuple(module for module in used_modules(fn, resolved) if users_own(module))
 
 
 THREAD_API = frozenset({"threading", "queue", "_thread", "concurrent", "time"})
