@@ -43,8 +43,31 @@ def test_a_waiter_woken_late_but_given_the_block_is_still_a_lost_wakeup() -> Non
         op(1, "b", "acquire", 0.5, 2.0, result=0, timeout=1.5),
         op(2, "a", "release", 0.9, 1.0, result=True, block=0),
     ]
-    with pytest.raises(InvariantViolation, match="lost-wakeup"):
+    with pytest.raises(InvariantViolation, match="lost-wakeup") as caught:
         check_wakeups(history, backoff_bound=0.0, slack=0.01)
+    assert "until this acquire took it itself at 2.000000 s" in caught.value.message
+
+
+def test_the_message_says_where_the_free_stretch_ended() -> None:
+    """A waiter that took the block itself at its deadline was reported "taken again at" a later
+    acquire's start (the harness's end check): a 10 ms acquire seemed to answer at 60 ms (a blind
+    user's report). The stretch ends at the waiter's own take, its return, or another's take."""
+    took_it = [
+        op(0, "a", "acquire", 0.0, 0.001, result=0, timeout=0.0),
+        op(1, "b", "acquire", 0.0, 0.01, result=0, timeout=0.01),
+        op(2, "a", "release", 0.0015, 0.002, result=True, block=0),
+        op(3, "harness", "acquire", 0.06, 0.0601, result=0, timeout=0),
+    ]
+    gave_up = [*took_it[:1], op(1, "b", "acquire", 0.0, 0.01, "info", None, timeout=0.01), *took_it[2:]]
+    other = [*gave_up[:3], op(3, "c", "acquire", 0.008, 0.0081, result=0, timeout=0)]
+    said = []
+    for history in (took_it, gave_up, other):
+        with pytest.raises(InvariantViolation) as caught:
+            check_wakeups(history, backoff_bound=0.0, slack=0.001)
+        said.append(caught.value.message)
+    assert "until this acquire took it itself at 0.010000 s" in said[0] and "0.06" not in said[0]
+    assert "until this acquire returned at 0.010000 s" in said[1]
+    assert "until another call took it at 0.008000 s" in said[2]
 
 
 def test_a_block_taken_by_another_acquirer_is_not_free() -> None:

@@ -88,11 +88,22 @@ def check_wakeups(
                     "lost-wakeup",
                     f"{waiter.describe()} kept waiting for {free_to - free_from:.6g} s while block "
                     f"{block} sat free (released by {release.worker} at {release.end:.6f} s{late}, "
-                    f"taken again {'never' if taken == float('inf') else f'at {taken:.6f} s'}); the "
-                    f"bound is "
+                    f"{_until(waiter, block, taken)}); the bound is "
                     f"{bound:.6g} s (backoff {backoff_bound:g} + slack {slack:g})",
                     history=tuple(history),
                 )
+
+
+def _until(waiter: Operation, block: object, taken: float) -> str:
+    """Where the free stretch ended: the waiter's own return (with the block, or without), or
+    another call's take (a later acquire named as "taken again" when the waiter had taken the
+    block itself read as a 10 ms acquire answering at 60 ms, a blind user's report)."""
+    end = waiter.end if waiter.end is not None else float("inf")
+    if end <= taken:
+        if waiter.outcome == "ok" and waiter.result == block:
+            return f"until this acquire took it itself at {end:.6f} s"
+        return f"until this acquire returned at {end:.6f} s"
+    return f"until another call took it at {taken:.6f} s"
 
 
 def _may_take(op: Operation, block: object, since: float) -> bool:
