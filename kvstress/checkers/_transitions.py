@@ -16,7 +16,7 @@ def check_acquired(block_id: object, num_blocks: int, clash: tuple[str, ...]) ->
         )
     if clash:
         raise InvariantViolation(
-            "shared-block", f"acquire handed out block {block_id}, which {', '.join(clash)} still hold(s)"
+            "shared-block", f"acquire handed out block {block_id}, which {_holds(clash)}"
         )
 
 
@@ -132,3 +132,8 @@ def check_misuse_raised(block_id: int, operation: str, raised: bool, state: Bloc
             "illegal-transition",
             f"{operation} on block {block_id}, which nobody holds ({state.name}), did not raise",
         )
+
+
+def _holds(holders: list[str] | tuple[str, ...]) -> str:
+    """``b1 still holds`` or ``b1, b2 still hold``."""
+    return f"{', '.join(holders)} still {'holds' if len(holders) == 1 else 'hold'}"
