@@ -647,7 +647,7 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
 
 
 def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
-    # One fixed program: the seed, the budget and shrinking do not apply.
+    # One fixed program: the budget and shrinking do not apply, nor the seed but as a label.
     start = time.monotonic()
     violation, program = run_contract(target)
     if violation is None:
@@ -655,7 +655,7 @@ def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | 
     finding = Finding(
         violation,
         "contract",
-        0,
+        seed,  # the slice's, as every finding says one (its fixed program needs none to replay)
         time.monotonic() - start,
         "contract",
         history=violation.history,
