@@ -188,3 +188,41 @@ def test_asyncio_run_of_to_thread_in_an_explored_plain_test() -> None:
         assert asyncio.run(inner()) == 7
 
     assert "explored 20 schedules" in str(kvstress.explore(main, schedules=20, seed=0))
+
+
+def test_a_thread_outside_the_run_that_wakes_a_controlled_one_is_waited_for() -> None:
+    """anyio's blocking portal runs its event loop in a thread of anyio's own, which kvstress
+    does not control: the explored test's main thread, waiting on the portal's future, was a
+    deadlock at schedule 1 (a blind user's). With no controlled thread runnable, the baton waits
+    for such a thread while it is at work."""
+    import anyio.from_thread
+
+    import kvstress
+
+    async def double(value: int) -> int:
+        return 2 * value
+
+    def main() -> None:
+        with anyio.from_thread.start_blocking_portal() as portal:
+            assert portal.call(double, 21) == 42
+
+    assert "explored 10 schedules" in str(kvstress.explore(main, schedules=10, seed=0))
+
+
+def test_a_deadlock_beside_a_thread_outside_the_run_names_it() -> None:
+    """A wait that such a thread never answers is still a deadlock, and its message names the
+    thread the schedule cannot see."""
+    from kvstress.controlled import ThreadDeadlock
+
+    release = threading.Event()
+    outside = threading.Thread(target=release.wait, name="library-worker", daemon=True)  # a real one
+
+    def main() -> None:
+        outside.start()  # started during the run, by code kvstress does not control
+        threading.Event().wait()  # a cooperative event nobody sets
+
+    try:
+        with pytest.raises(ThreadDeadlock, match="not controlled by it, still running: library-worker"):
+            run_threads(main, RandomScheduler(seed=0), modules=[__name__])
+    finally:
+        release.set()

@@ -49,10 +49,12 @@ from kvstress.controlled._errors import (
     ThreadDeadlock,
     TimeLimitExceeded,
 )
+from kvstress.controlled._foreign import ThreadWatch
 from kvstress.controlled._loop import (
     EARLY_FIRE_STEPS,
     FAIRNESS_BOUND,
     FIRE_HORIZON,
+    FOREIGN_POLL_S,
     REAL_CLOCK_HINT,
     TIMER_LANE,
     late_offers,
@@ -66,6 +68,9 @@ DEFAULT_THREAD_STEPS = 200_000
 """Scheduling points an execution may pass at one instant of virtual time before ``StepLimitExceeded``."""
 
 DEFAULT_STALL_TIMEOUT = 5.0
+OUTSIDE_WAIT_S = 1.0
+"""Real seconds the baton waits, with no controlled thread runnable, for a thread outside the run
+that is at work to wake one (``_woken_from_outside``)."""
 DAEMON_HORIZON = 3600.0
 """Virtual seconds (without ``max_time``) that time may jump for daemon threads alone, while the
 other threads stay blocked: past it they are deadlocked."""
@@ -258,6 +263,9 @@ class ThreadController:
         self.decisions = 0
         self.switches = 0
         self.threads: list[ControlledThread] = []
+        self._os_threads: set[threading.Thread] = set()  # the OS threads of the controlled ones
+        self._before: set[threading.Thread] = set()  # the threads alive as the run began
+        self._watch: ThreadWatch | None = None  # threads started outside the run, during it
         self.current: ControlledThread | None = None
         self.failure: BaseException | None = None
         self.aborting = False
@@ -373,6 +381,8 @@ class ThreadController:
         # Only for the run: a hook left in every collection of the process is traced by other
         # tools too (frontrun's DPOR deadlocked inside it, in a process that imported kvstress).
         gc.callbacks.append(_collecting)
+        self._before = set(threading.enumerate())
+        self._watch = ThreadWatch()
         try:
             first = self._start(main, "main")
             self.current = first
@@ -398,8 +408,44 @@ class ThreadController:
         # reads it there (a log line, a per-thread registry); else one a stack dump tells apart.
         os_name = name if name and thread.tid else f"kvstress-t{thread.tid}"
         os_thread = threading.Thread(target=self._bootstrap, args=(thread,), name=os_name, daemon=True)
+        self._os_threads.add(os_thread)
+        if self._watch is not None:
+            self._watch.ignore(os_thread)
         _OS_START(os_thread)  # the real start, even while Thread.start follows subclasses (_coop)
         return thread
+
+    def _woken_from_outside(self) -> bool:
+        """With no controlled thread runnable: while a thread outside the run is at work (a
+        library's own, started during it: anyio's blocking portal runs its event loop in one),
+        wait for it, up to ``OUTSIDE_WAIT_S`` of real time, to wake a controlled thread (a
+        future it completes, a condition it notifies) before time moves or the run is called a
+        deadlock: a correct test whose main thread waited on the portal was a deadlock at
+        schedule 1 (a blind user's). Such a run is not replayed exactly. False at once where no
+        such thread is at work (the usual case: nothing is started outside the run)."""
+        watch = self._watch
+        if watch is None:
+            return False
+        watch.look_for_new()
+        if not watch:
+            return False
+        until = time.monotonic() + OUTSIDE_WAIT_S
+        while watch.at_work() and time.monotonic() < until:
+            time.sleep(FOREIGN_POLL_S)
+            if any(not t.finished and t.waiting is None for t in self.threads):
+                return True
+        return any(not t.finished and t.waiting is None for t in self.threads)
+
+    def _outside(self) -> tuple[str, ...]:
+        """The threads started since the run began that it does not control, still alive (a
+        library's own: anyio's blocking portal runs its event loop in one): what a deadlock's
+        message names, since a wait for one of them is a wait the schedule cannot see."""
+        return tuple(
+            sorted(
+                t.name
+                for t in threading.enumerate()
+                if t not in self._before and t not in self._os_threads and t.is_alive()
+            )
+        )
 
     def _bootstrap(self, me: ControlledThread) -> None:
         me.ident = _thread.get_ident()
@@ -516,6 +562,8 @@ class ThreadController:
             if not self.aborting:
                 self.aborting, self._instant_steps = True, 0  # no failure: the run is over
             return None
+        if not runnable and self._woken_from_outside():
+            return self._pick(me)
         if not runnable:
             runnable = self._advance_time()
             oldest = self.now  # the threads it woke are runnable from now
@@ -526,7 +574,7 @@ class ThreadController:
                 if all(t.finished for t in self.threads):
                     return None
                 daemons_timed = any(t.deadline is not None for t in self.threads if not t.finished)
-                self._fail_here(ThreadDeadlock(self.now, self._wait_for(), daemons_timed))
+                self._fail_here(ThreadDeadlock(self.now, self._wait_for(), daemons_timed, self._outside()))
         early = self._fires_timers and self._instant_steps < EARLY_FIRE_STEPS
         sleepers = self._sleepers(oldest) if early else []
         choices = sorted(runnable + sleepers) if sleepers else runnable

@@ -55,10 +55,15 @@ class ThreadDeadlock(Deadlock):
     """
 
     def __init__(
-        self, now: float, wait_for: dict[str, tuple[str, str | None]], daemons_timed: bool = False
+        self,
+        now: float,
+        wait_for: dict[str, tuple[str, str | None]],
+        daemons_timed: bool = False,
+        outside: tuple[str, ...] = (),
     ) -> None:
         self.now = now
         self.daemons_timed = daemons_timed
+        self.outside = tuple(outside)
         self.wait_for = dict(wait_for)
         self.cycle = _cycle({name: holder for name, (_, holder) in wait_for.items()})
         lines = [f"  {name} waits for {what}" for name, (what, _) in sorted(self.wait_for.items())]
@@ -67,13 +72,24 @@ class ThreadDeadlock(Deadlock):
         # beside the others, blocked for good: the run is over, as a process whose only threads
         # left are daemons is.
         none = "none but a daemon has a deadline" if daemons_timed else "none has a deadline"
+        # ``outside``: threads the run does not control, started during it and still alive (a
+        # library's own, as anyio's blocking portal starts): a wait for one is not a deadlock
+        # the schedule made, and the message says so rather than leave a bare wait-for graph.
+        note = (
+            f"\nStarted during the run and not controlled by it, still running: {', '.join(self.outside)}. "
+            "A wait for such a thread (a library's own: anyio's blocking portal runs its event "
+            "loop in one) is beyond the schedule: drive that code from threads the test starts, "
+            "or keep it out of the explored code."
+            if self.outside
+            else ""
+        )
         super().__init__(
             f"deadlock at virtual time {round(now, 9):g} s: every live thread is blocked and {none}"
-            f"{cycle}. Wait-for graph:\n" + "\n".join(lines)
+            f"{cycle}. Wait-for graph:\n" + "\n".join(lines) + note
         )
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.now, self.wait_for, self.daemons_timed))
+        return (type(self), (self.now, self.wait_for, self.daemons_timed, self.outside))
 
 
 class StuckThread(ControlledLoopError):

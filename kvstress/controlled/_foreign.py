@@ -106,6 +106,10 @@ class ThreadWatch:
                 if thread is not threading.current_thread():
                     self._threads.append(thread)
 
+    def ignore(self, thread: threading.Thread) -> None:
+        """Never watch ``thread`` (a controlled thread's own OS thread)."""
+        self._known.add(thread)
+
     def let_be(self) -> None:
         """Stop watching the threads at work now: each has worked for ``SUBMITTED_WAIT_S`` on
         end (a thread that spins or polls for the pool's whole life), and an idle loop would
