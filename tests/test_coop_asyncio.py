@@ -226,3 +226,19 @@ def test_a_deadlock_beside_a_thread_outside_the_run_names_it() -> None:
             run_threads(main, RandomScheduler(seed=0), modules=[__name__])
     finally:
         release.set()
+
+
+def test_a_switch_in_the_pools_own_thread_says_so() -> None:
+    """A switch point in the pool's own loop thread read "pool-loop between operations", though
+    that thread runs no harness operation (a blind user's report)."""
+    from kvstress.scenarios._switches import record_switches
+
+    config = ScenarioConfig(LoopThreadDroppedResultPool, False)
+    found = search(config, RandomScheduler(seed=1), max_executions=400, shrink=False)
+    assert found.failure is not None
+    switches = record_switches(config, found.failure.schedule)
+    assert switches is not None
+    own = [s for s in switches if s.worker == "pool-loop"]
+    assert own and all(s.pools_own for s in own)
+    assert "pool-loop (a thread or task of the pool's own), paused at" in own[0].describe()
+    assert not any(s.pools_own for s in switches if s.worker != "pool-loop")

@@ -44,9 +44,10 @@ def switches_section(report: Mapping[str, Any]) -> str:
 
 
 def _switch(switch: Mapping[str, Any]) -> str:
-    where = (
-        f" in <code>{_e(switch['operation'])}</code>" if switch.get("operation") else " between operations"
-    )
+    if switch.get("operation"):
+        where = f" in <code>{_e(switch['operation'])}</code>"
+    else:
+        where = " (a thread or task of the pool's own)" if switch.get("pools_own") else " between operations"
     if switch.get("file"):
         at = f", paused at <code>{_e(switch['file'])}:{_e(switch.get('line'))}</code>"
         if switch.get("source"):

@@ -20,7 +20,7 @@ import linecache
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any
 
@@ -48,10 +48,11 @@ class Switch:
     line: int | None
     source: str | None
     blocked: bool = False
+    pools_own: bool = False  # ``worker`` is a thread or task the pool started, not a harness worker
 
     def describe(self) -> str:
         """``b2 in `release(1)`, paused at `mypools.py:57`: `self._free.append(blk)` -> b1``."""
-        where = f" in `{self.operation}`" if self.operation else " between operations"
+        where = _where(self.operation, self.pools_own)
         if self.file is None:
             at = ", outside the pool's code"
         else:
@@ -70,6 +71,7 @@ class Switch:
             "line": self.line,
             "source": self.source,
             "blocked": self.blocked,
+            "pools_own": self.pools_own,
         }
 
     @classmethod
@@ -84,7 +86,16 @@ class Switch:
             data.get("line"),
             data.get("source"),
             bool(data.get("blocked", False)),
+            bool(data.get("pools_own", False)),
         )
+
+
+def _where(operation: str | None, pools_own: bool) -> str:
+    """Where a paused worker was: in an operation, a thread of the pool's own (which runs no
+    harness operation: "between operations" misled a blind user), or between operations."""
+    if operation:
+        return f" in `{operation}`"
+    return " (a thread or task of the pool's own)" if pools_own else " between operations"
 
 
 HARNESS = "the harness"
@@ -256,7 +267,11 @@ def record_switches(config: Any, schedule: Schedule | str) -> tuple[Switch, ...]
         run_execution(config, recorder, record)
     except ScheduleDivergence:
         return None
-    return tuple(recorder.switches)
+    workers = {op.worker for op in record.history} | {HARNESS}
+    return tuple(
+        switch if switch.operation or switch.worker in workers else replace(switch, pools_own=True)
+        for switch in recorder.switches
+    )
 
 
 def switch_fields(kind: str, backend: str | None, switches: Sequence[Switch] | None) -> dict[str, Any]:
