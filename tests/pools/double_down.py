@@ -7,40 +7,17 @@ too, where Hypothesis's shrinking, replaying real threads, left programs of 24-5
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 from kvstress import BlockState
 from kvstress.mutants import Block
-from kvstress.mutants._block import seconds
-from kvstress.mutants._ledger import BlockLedger
+from kvstress.mutants._ordinary_threads import ThreadConditionPool
 
 
-class UnusedSharedDoubleDownPool(BlockLedger):
-    """Free blocks in a deque under a Condition; an unmarked shared block loses two references
-    at one release (BUG)."""
+class UnusedSharedDoubleDownPool(ThreadConditionPool):
+    """The ordinary Condition pool, but an unmarked shared block loses two references at one
+    release (BUG: the "unused key" clean-up, then the release proper)."""
 
-    threaded = True
-    backoff_bound = 0.0
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._cond = threading.Condition()
-
-    def acquire(self, timeout: float | None = None) -> Block | None:
-        timeout = seconds(timeout)
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._free, timeout):
-                return None
-            return self._taken(self._free.popleft())
-
-    def release(self, block: Block) -> bool:
-        with self._cond:
+    def _last_reference(self, block: Block) -> bool:
+        with self._guard:
             if block.state is BlockState.ACQUIRED and block.refcount > 1:
-                block.refcount -= 1  # the "unused key" clean-up, before the release proper
-            if not self._last_reference(block):
-                return False
-            self._reset(block)
-            self._free.append(block)
-            self._cond.notify()
-            return True
+                block.refcount -= 1
+        return super()._last_reference(block)
