@@ -509,3 +509,26 @@ def test_shrinking_goes_on_when_a_dropped_switch_shortens_the_run(monkeypatch: p
     monkeypatch.setattr(_search, "_failure", shortened)
     best = _search.shrink_failure(None, failure)  # type: ignore[arg-type]
     assert best.schedule.choices == (0, 1)
+
+
+@pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
+@pytest.mark.parametrize("seed", range(2))
+def test_a_timeout_kept_by_the_pools_own_thread_is_not_judged_early(seed: int) -> None:
+    """An async face over a threaded pool through worker threads of the pool's own: a worker's
+    timed wait passes in real time while the loop's virtual clock stands still, and every
+    timed-out acquire was judged early. Where the run watches such a thread, earliness is read
+    on the real clock too."""
+    from pools.thread_bridge import ThreadBridgePool
+
+    result = search(config_for(ThreadBridgePool), RandomScheduler(seed=seed), max_executions=40)
+    assert result.failure is None, result.failure.describe()
+
+
+@pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
+def test_a_timeout_cut_short_by_the_pools_own_thread_is_still_early() -> None:
+    from pools.thread_bridge import ThreadBridgeHalfTimeoutPool
+
+    result = search(
+        config_for(ThreadBridgeHalfTimeoutPool), RandomScheduler(seed=0), max_executions=200, shrink=False
+    )
+    assert result.failure is not None and result.failure.violation.invariant == "timeout-early"

@@ -153,3 +153,28 @@ class ThreadWatch:
                 self._ran[thread] = ran
                 return True
         return False
+
+
+def outside_threads_watched() -> bool:
+    """Whether the controlled run in progress here (a controlled loop running in this thread, or
+    the thread baton) watches a thread it does not control: one the code started, whose waits
+    keep real time (a pool's allocator thread timing waiters out with ``queue.get(timeout=)``,
+    anyio's blocking portal). A timeout such a thread keeps passes in real time while the run's
+    clock may stand still: an acquire judged early on virtual time alone was a false
+    ``timeout-early`` on correct pools (a blind user's)."""
+    import asyncio
+
+    from kvstress.controlled._baton import active_controller
+
+    controller = active_controller()
+    watch: ThreadWatch | None = getattr(controller, "_watch", None) if controller is not None else None
+    if watch is None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        watch = getattr(loop, "_kv_watch", None)
+    if not isinstance(watch, ThreadWatch):
+        return False
+    watch.look_for_new()
+    return bool(watch)

@@ -16,6 +16,7 @@ the quiet check that follows still finds a block that did not come back.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kvstress import checkers
@@ -81,7 +82,7 @@ class BatchOperations(Operations):
         """acquire_many, then: None, or n distinct valid ids nobody holds, each ACQUIRED with
         refcount 1 and zeros; timing as acquire's; alone, a try-once with n free is not None."""
         index = self.history.begin(holder, "acquire_many", {"n": n, "timeout": timeout}, self._stamp())
-        start, excused0 = self._now(), self._excused_now()
+        start, excused0, real0 = self._now(), self._excused_now(), time.perf_counter()
         blocks = await self._call(index, "acquire_many", self.pool.acquire_many, n, timeout)
         returned = self._stamp()  # before the blocks' fields are read (see ``op_acquire``)
         elapsed = self._now() - start
@@ -90,7 +91,8 @@ class BatchOperations(Operations):
         observed = {"elapsed_s": elapsed, **({"excused_s": excused} if excused > 0 else {})}
         if blocks is None:
             self.history.end(index, returned, "info", None, observed)
-            checkers.check_timeout(timeout, False, elapsed, busy, self.backoff_bound, self.timing)
+            waited = self._waited(elapsed, real0)
+            checkers.check_timeout(timeout, False, waited, busy, self.backoff_bound, self.timing)
             free = self.num_blocks - len(self.ledger.open)
             if self.sequential and timeout == 0 and free >= n and not await self._excused_refusal(index):
                 raise InvariantViolation(

@@ -23,6 +23,7 @@ from kvstress._interrupts import passes_through
 from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled._coop import excused_seconds
+from kvstress.controlled._foreign import outside_threads_watched
 from kvstress.harness._cpu import excused_wall_seconds, thread_cpu_without_gc
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
@@ -59,6 +60,7 @@ class Operations:
         """acquire, then: a valid id nobody holds, ACQUIRED, refcount 1, zeros, timing."""
         index = self.history.begin(holder, "acquire", {"timeout": timeout}, self._stamp())
         cpu0, start, excused0, releases0 = self._cpu(), self._now(), self._excused_now(), self.release_calls
+        real0 = time.perf_counter()
         block, suspensions = await self._call(index, "acquire", self.pool.acquire, timeout, count=True)
         # The call's end, before the block's fields are read: a property is the pool's code,
         # where another thread runs and virtual time may jump, and the wake-up check must not
@@ -78,7 +80,8 @@ class Operations:
             observed["excused_s"] = excused  # for the wake-up check of the whole history
         if block is None:
             self.history.end(index, returned, "info", None, observed)
-            checkers.check_timeout(timeout, False, elapsed, busy, self.backoff_bound, self.timing)
+            waited = self._waited(elapsed, real0)
+            checkers.check_timeout(timeout, False, waited, busy, self.backoff_bound, self.timing)
             checkers.check_parking(elapsed, cpu, suspensions, self.timing)
             # Only a try-once is judged here: on real time a timed acquire may time out before
             # its task ever runs (a loaded machine, a pool that checkpoints before it looks);
@@ -548,6 +551,15 @@ class Operations:
         if not isinstance(raw, int):
             raise InvariantViolation("crash", f"block.refcount is {raw!r}, not an int")
         return raw
+
+    def _waited(self, elapsed: float, real0: float) -> float:
+        """How long a call that gave up waited, for its earliness: ``elapsed`` on the run's clock,
+        or the real time since ``real0`` where that is longer and the run watches a thread it
+        does not control (a timeout kept there passes in real time, while virtual time may
+        stand still: ``outside_threads_watched``)."""
+        if self.virtual_time and outside_threads_watched():
+            return max(elapsed, time.perf_counter() - real0)
+        return elapsed
 
     def _now(self) -> float:
         if self.clock is not None:
