@@ -409,3 +409,14 @@ def test_replay_finds_the_pool_from_another_directory(
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.splitlines() == ["reproduced: dirty-read"]
+
+
+def test_a_reports_replay_command_works_from_any_directory(
+    found: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """Written under a relative --report-dir (the default, ``reports``), a report's replay
+    command named a relative path, which did not work from another directory (a blind user's
+    `kvstress report` run elsewhere)."""
+    _, cwd = found
+    (report,) = (cwd / "reports").glob("*.json")
+    assert json.loads(report.read_text())["replay"] == f"kvstress replay {report.resolve()}"

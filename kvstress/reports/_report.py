@@ -87,7 +87,9 @@ def write_report(report: Mapping[str, Any], report_dir: str | os.PathLike[str]) 
     directory.mkdir(parents=True, exist_ok=True)
     path = _claim(directory, report)
     data = dict(report)
-    data["replay"] = f"kvstress replay {shlex.quote(str(path))}"
+    # The absolute path: the command works from any directory (``kvstress report`` of a report
+    # written under a relative --report-dir, read elsewhere, printed one that did not).
+    data["replay"] = f"kvstress replay {shlex.quote(str(path.resolve()))}"
     if "pool_path" not in data and isinstance(data.get("pool"), str):
         data["pool_path"] = import_root(data["pool"])
     text = json.dumps(data, indent=1, default=repr, allow_nan=False)
