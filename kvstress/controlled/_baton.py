@@ -263,8 +263,6 @@ class ThreadController:
         self.decisions = 0
         self.switches = 0
         self.threads: list[ControlledThread] = []
-        self._os_threads: set[threading.Thread] = set()  # the OS threads of the controlled ones
-        self._before: set[threading.Thread] = set()  # the threads alive as the run began
         self._watch: ThreadWatch | None = None  # threads started outside the run, during it
         self.current: ControlledThread | None = None
         self.failure: BaseException | None = None
@@ -381,7 +379,6 @@ class ThreadController:
         # Only for the run: a hook left in every collection of the process is traced by other
         # tools too (frontrun's DPOR deadlocked inside it, in a process that imported kvstress).
         gc.callbacks.append(_collecting)
-        self._before = set(threading.enumerate())
         self._watch = ThreadWatch()
         try:
             first = self._start(main, "main")
@@ -408,7 +405,6 @@ class ThreadController:
         # reads it there (a log line, a per-thread registry); else one a stack dump tells apart.
         os_name = name if name and thread.tid else f"kvstress-t{thread.tid}"
         os_thread = threading.Thread(target=self._bootstrap, args=(thread,), name=os_name, daemon=True)
-        self._os_threads.add(os_thread)
         if self._watch is not None:
             self._watch.ignore(os_thread)
         _OS_START(os_thread)  # the real start, even while Thread.start follows subclasses (_coop)
@@ -439,13 +435,7 @@ class ThreadController:
         """The threads started since the run began that it does not control, still alive (a
         library's own: anyio's blocking portal runs its event loop in one): what a deadlock's
         message names, since a wait for one of them is a wait the schedule cannot see."""
-        return tuple(
-            sorted(
-                t.name
-                for t in threading.enumerate()
-                if t not in self._before and t not in self._os_threads and t.is_alive()
-            )
-        )
+        return () if self._watch is None else self._watch.names()
 
     def _bootstrap(self, me: ControlledThread) -> None:
         me.ident = _thread.get_ident()

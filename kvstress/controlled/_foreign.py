@@ -110,6 +110,11 @@ class ThreadWatch:
         """Never watch ``thread`` (a controlled thread's own OS thread)."""
         self._known.add(thread)
 
+    def names(self) -> tuple[str, ...]:
+        """The names of the watched threads still alive, sorted (for a message)."""
+        self.look_for_new()
+        return tuple(sorted(thread.name for thread in self._threads if thread.is_alive()))
+
     def let_be(self) -> None:
         """Stop watching the threads at work now: each has worked for ``SUBMITTED_WAIT_S`` on
         end (a thread that spins or polls for the pool's whole life), and an idle loop would

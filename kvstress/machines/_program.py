@@ -115,11 +115,16 @@ def _violation_in(error: BaseException) -> InvariantViolation | None:
 
 def _fails_again(machine: type[Any], program: str, invariant: str) -> bool:
     """Run ``program`` (text this module wrote) once; True if it fails with ``invariant``."""
+    return _failure_of(machine, program, invariant) is not None
+
+
+def _failure_of(machine: type[Any], program: str, invariant: str) -> InvariantViolation | None:
+    """Run ``program`` (text this module wrote) once: its violation, if it is of ``invariant``."""
     try:
         exec(program, {machine.__name__: machine})  # our own program text, not input
     except InvariantViolation as violation:
-        return violation.invariant == invariant
-    return False
+        return violation if violation.invariant == invariant else None
+    return None
 
 
 def shortened(
@@ -186,19 +191,13 @@ def _without(steps: list[str], at: int, count: int) -> list[str]:
 
 def _fails_twice(machine: type[Any], lines: list[str], invariant: str) -> InvariantViolation | None:
     """The violation of the second of two runs of the program, if both fail with ``invariant``."""
-    found = None
-    for _ in range(2):
-        try:
-            exec("\n".join(lines), {machine.__name__: machine})  # our own program text, not input
-        except InvariantViolation as violation:
-            if violation.invariant != invariant:
-                return None
-            found = violation
-            continue
-        except Exception:  # a step whose value a dropped step made (NameError), and the like
+    program = "\n".join(lines)
+    try:
+        if _failure_of(machine, program, invariant) is None:
             return None
+        return _failure_of(machine, program, invariant)
+    except Exception:  # a step whose value a dropped step made (NameError), and the like
         return None
-    return found
 
 
 class MachineTestCase:
