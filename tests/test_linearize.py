@@ -177,6 +177,40 @@ def test_one_cancelled_acquire_explains_one_block_only() -> None:
     assert h.check(2).status == "violation"
 
 
+@pytest.mark.parametrize(
+    ("try_at", "settle", "status"), [(0.3, 0.0, "ok"), (0.6, 0.1, "ok"), (0.8, 0.1, "violation")]
+)
+def test_a_cancelled_acquire_may_be_served_until_its_deadline_and_give_the_block_back(
+    try_at: float, settle: float, status: str
+) -> None:
+    """A worker thread (or an actor) still waits for a block on behalf of a cancelled acquire
+    until its deadline: it takes the block as it is released, finds its caller gone and gives it
+    back within ``settle``. A try-once meanwhile finds no block free, and a later acquire gets
+    the block again: correct (CI's false lost-block on an async face over worker threads). Past
+    the deadline and the settle, the None is a violation again."""
+    h = History()
+    h.acquire("w0", 0.0, 0.01, 0)
+    h.add("w0", "acquire", {"timeout": 0.5}, 0.02, 0.03, "cancelled", "info")
+    h.release("w0", 0.04, 0.05, 0, True)
+    h.acquire("w1", try_at, try_at + 0.01, None)
+    h.acquire("w1", 1.0, 1.01, 0)
+    assert check_history(h.ops, 1, time_limit=5.0, settle=settle).status == status
+
+
+@pytest.mark.parametrize(("try_at", "status"), [(0.1, "ok"), (0.2, "violation")])
+def test_a_cancelled_try_once_is_served_until_the_settle_after_its_return(try_at: float, status: str) -> None:
+    h = History()
+    h.acquire("w0", 0.0, 0.01, "cancelled", outcome="info")
+    h.acquire("w1", try_at, try_at + 0.01, None)
+    h.acquire("w2", 0.5, 0.51, 0)
+    assert check_history(h.ops, 1, time_limit=5.0, settle=0.1).status == status
+
+
+def test_the_settle_must_be_a_number_of_seconds() -> None:
+    with pytest.raises(ValueError, match="settle"):
+        check_history([], 1, settle=-1.0)
+
+
 @pytest.mark.parametrize(("pending_start", "status"), [(11, "ok"), (12, "violation")])
 def test_wildcards_and_an_empty_instant_settled_together(pending_start: float, status: str) -> None:
     """Each block needs its own wildcard at the one empty instant: the pool-wide search decides."""

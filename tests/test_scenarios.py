@@ -524,6 +524,27 @@ def test_a_timeout_kept_by_the_pools_own_thread_is_not_judged_early(seed: int) -
     assert result.failure is None, result.failure.describe()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_cancelled_acquire_the_pool_still_serves_is_no_lost_block(seed: int) -> None:
+    """An async pool that serves each acquire in a task of its own: the task outlives a cancelled
+    caller, takes a block released later and gives it back a turn after. A try-once meanwhile
+    (a worker's, or the drain's) finds no block free: lost-block on every seed, by the
+    linearizability check or the drain (CI, the same design on worker threads, now and then)."""
+    from pools.task_per_request import TaskPerRequestPool
+
+    result = search(config_for(TaskPerRequestPool), RandomScheduler(seed=seed), max_executions=200)
+    assert result.failure is None, result.failure.describe()
+
+
+def test_a_block_the_pool_takes_for_a_cancelled_acquire_and_keeps_is_lost() -> None:
+    from pools.task_per_request import TaskPerRequestLeakPool
+
+    result = search(
+        config_for(TaskPerRequestLeakPool), RandomScheduler(seed=0), max_executions=400, shrink=False
+    )
+    assert result.failure is not None and result.failure.violation.invariant == "lost-block"
+
+
 @pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
 def test_a_timeout_cut_short_by_the_pools_own_thread_is_still_early() -> None:
     from pools.thread_bridge import ThreadBridgeHalfTimeoutPool

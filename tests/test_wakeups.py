@@ -133,6 +133,29 @@ def test_a_cancelled_acquire_holds_the_block_back_only_until_it_returns() -> Non
     assert caught.value.invariant == "lost-wakeup"
 
 
+@pytest.mark.parametrize(
+    ("cancel_timeout", "got_at", "lost"), [(1.0, 1.05, False), (1.0, 1.5, True), (0.2, 1.05, True)]
+)
+def test_a_cancelled_acquire_the_pool_still_serves_may_hold_the_freed_block_for_the_settle(
+    cancel_timeout: float, got_at: float, lost: bool
+) -> None:
+    """c's acquire was cancelled at 0.7, but a worker of the pool's own still waits for a block
+    for c until c's deadline: it takes block 0 as it is released at 1.0 and gives it back within
+    ``settle``, and the waiter b gets it then. Not past the settle, and not once c's deadline
+    (plus the settle) had passed before the release."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "c", "acquire", 0.6, 0.7, "info", "cancelled", timeout=cancel_timeout),
+        op(2, "b", "acquire", 0.5, got_at, result=0, timeout=2.0),
+        op(3, "a", "release", 0.9, 1.0, result=True, block=0),
+    ]
+    if not lost:
+        check_wakeups(history, backoff_bound=0.0, slack=0.01, settle=0.1)
+        return
+    with pytest.raises(InvariantViolation, match="kept waiting"):
+        check_wakeups(history, backoff_bound=0.0, slack=0.01, settle=0.1)
+
+
 def test_a_release_that_kept_the_block_frees_nothing() -> None:
     """release -> False (a sharer still holds it) does not start a free stretch."""
     history = [

@@ -5,7 +5,9 @@ anything could have taken it again: the start of any acquire that answered with 
 the release began (the pool may offer it before the release returns), or of any acquire whose
 effect is unknown (raised, pending). A cancelled acquire holds nothing once it returned (the
 quiet checks' ``lost-block`` otherwise), so it only holds the block back until its return
-(plus ``settle``: it may give it back through a reset worker). For the waiter itself, its own take counts at
+(plus ``settle``: it may give it back through a reset worker); or, where the pool still serves
+it after its return (a worker thread or an actor that waits on its behalf until its deadline),
+from the block's release until ``settle`` after. For the waiter itself, its own take counts at
 its return: once it holds the block it has no reason to wait on. An acquire that was waiting
 through such a stretch for longer than the pool's backoff bound plus the slack, plus the time
 its thread could not run (``observed["excused_s"]``), missed a wake-up. Fair pools are allowed
@@ -68,6 +70,10 @@ def check_wakeups(
             and freed <= op.end
             and (op.start <= freed or op.result == "cancelled")
         ]
+        # And each cancelled one that returned before, but which the pool may still serve (a
+        # worker or an actor waits for a block on its behalf until its deadline): it may take
+        # the block as it is freed, find its caller gone, and give it back within ``settle``.
+        handed += [(op, freed + settle) for op in acquires if _served_after_return(op, freed, settle)]
         # Each batch still waiting once the block was freed, with its start and return.
         queued = [(op.start, op.end) for op in batches if op.end is not None and op.end >= freed]
         for waiter in acquires:
@@ -118,6 +124,18 @@ def _may_take(op: Operation, block: object, since: float) -> bool:
     # A cancelled call holds nothing once it returned: it is no taker, only a reservation until
     # then (an acquire's, above; a batch's, in the queue of batches).
     return op.outcome in ("pending", "raised")
+
+
+def _served_after_return(op: Operation, at: float, settle: float) -> bool:
+    """A cancelled acquire that returned before ``at`` and that the pool may still be serving
+    then: until its deadline plus ``settle``, or for good without a timeout (as the
+    linearizability model's ``_in_flight_until``)."""
+    if op.result != "cancelled" or op.end is None or op.end >= at:
+        return False
+    timeout = op.args.get("timeout")
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+        return True
+    return at <= op.start + timeout + settle
 
 
 def _gave_up(op: Operation) -> bool:

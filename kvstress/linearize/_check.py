@@ -65,32 +65,36 @@ class LinearizabilityResult:
 
 
 def check_history(
-    history: Sequence[Operation], num_blocks: int, *, time_limit: float = 1.0
+    history: Sequence[Operation], num_blocks: int, *, time_limit: float = 1.0, settle: float = 0.0
 ) -> LinearizabilityResult:
     """Is ``history``, run on a fresh pool of ``num_blocks`` blocks, linearizable?
 
     ``time_limit`` is in seconds; when it passes the answer is "unknown", never a violation.
     Info and pending operations may take effect at any time after their invocation, or never;
-    raised ones before they returned, or never. See docs/design.md for the model.
+    raised ones before they returned, or never. A cancelled acquire may still be served in the
+    pool until its deadline plus ``settle`` seconds (a worker that gives the block back once it
+    finds its caller gone). See docs/design.md for the model.
     """
     if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 0:
         raise ValueError(f"num_blocks must be an int >= 0, got {num_blocks!r} ({type(num_blocks).__name__})")
     if not isinstance(time_limit, int | float) or time_limit < 0:
         raise ValueError(f"time_limit must be a number of seconds >= 0, got {time_limit!r}")
+    if isinstance(settle, bool) or not isinstance(settle, int | float) or not settle >= 0:
+        raise ValueError(f"settle must be a number of seconds >= 0, got {settle!r}")
     deadline = time.monotonic() + time_limit
     try:
         if time.monotonic() >= deadline:
             raise TimeUp
-        return _Checker(tuple(history), num_blocks, deadline).decide(shrink=True)
+        return _Checker(tuple(history), num_blocks, deadline, settle).decide(shrink=True)
     except TimeUp:
         return LinearizabilityResult("unknown", None, f"undecided within the time limit of {time_limit} s")
 
 
-def fair_excused(history: Sequence[Operation], num_blocks: int) -> frozenset[int]:
+def fair_excused(history: Sequence[Operation], num_blocks: int, settle: float = 0.0) -> frozenset[int]:
     """The indices of the acquires in ``history`` that answered None while every FREE block may
     have been reserved for another acquire in flight: a fair pool may answer so (docs/protocol.md,
     "Fairness and hand-off"), so the check does not model them as an empty pool."""
-    model = translate(history, num_blocks)
+    model = translate(history, num_blocks, settle)
     return reserved_nones(model, Coupling(model))
 
 
@@ -102,11 +106,14 @@ def reserved_nones(model: Translation, coupling: Coupling) -> frozenset[int]:
 class _Checker:
     """One history under check; everything here is derived from it once, except the deadline."""
 
-    def __init__(self, history: tuple[Operation, ...], num_blocks: int, deadline: float) -> None:
+    def __init__(
+        self, history: tuple[Operation, ...], num_blocks: int, deadline: float, settle: float = 0.0
+    ) -> None:
         self.history = history
         self.num_blocks = num_blocks
         self.deadline = deadline
-        model = translate(history, num_blocks)
+        self.settle = settle
+        model = translate(history, num_blocks, settle)
         coupling = Coupling(model)
         # Judged with every None in flight (one that may not have looked may still have held a
         # unit meanwhile), then neither kind of None is judged itself.
@@ -318,7 +325,10 @@ class _Checker:
         keep = set(witness)
         sub = tuple(op for op in self.history if op.index in keep)
         try:
-            return _Checker(sub, self.num_blocks, self.deadline).decide(shrink=False).status == "violation"
+            return (
+                _Checker(sub, self.num_blocks, self.deadline, self.settle).decide(shrink=False).status
+                == "violation"
+            )
         except TimeUp:
             return False  # the violation stands; only its witness stays the whole history
 

@@ -59,6 +59,9 @@ class Coupling:
         calls = [(b, op) for b, ops in enumerate(model.blocks) for op in ops if op.kind in _TAKES]
         calls += [(-1, op) for op in (*model.wildcards, *model.empties)]
         self._calls = [(b, op.index, op.lo, returns.get(op.index, op.hi)) for b, op in calls]
+        # In flight as units: a cancelled acquire the pool may still serve lingers past its return.
+        lingering = dict(model.lingering)
+        self._units = [(b, i, lo, max(end, lingering.get(i, end))) for b, i, lo, end in self._calls]
         frees = [(b, op) for b, ops in enumerate(model.blocks) for op in ops if op.kind in _FREES]
         self._handoffs = _handoffs([op.hi for _, op in frees], model, returns)
         self._queued = _queued(self._calls, self._handoffs, model.patient)
@@ -92,12 +95,15 @@ class Coupling:
           finds the queue busy fails. A waiter that gave up (timed out, cancelled) while such a
           hand-off may have reached it passes its unit on at its return: that is a hand-off too
           (``_handoffs``).
+
+        A cancelled acquire counts as in flight until the pool may have stopped serving it
+        (``Translation.lingering``), not only until its caller's return.
         """
         last = min(empty.hi, len(self._surely_free) - 2)
         starts = {empty.lo, *(lo for _, index, lo, _ in self._calls if index != empty.index)}
         starts.update(lo for _, lo, _ in self._freeing)
         for p in sorted(at for at in starts if empty.lo <= at <= last):  # where in-flight sets grow
-            in_flight = [(b, lo) for b, i, lo, end in self._calls if i != empty.index and lo <= p <= end]
+            in_flight = [(b, lo) for b, i, lo, end in self._units if i != empty.index and lo <= p <= end]
             # A release in flight holds back at most one unit, and that only once it has offered
             # its block: where the block is surely FREE (another tenancy of it already came and
             # went), or taken again by an acquire begun after the release began. Units are

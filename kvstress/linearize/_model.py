@@ -12,6 +12,7 @@ times count as concurrent: an operation may take effect anywhere in ``[lo, hi]``
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
@@ -80,6 +81,9 @@ class Translation:
     returns: tuple[tuple[int, int], ...] = ()  # (index, position of its return; OPEN: none)
     patient: frozenset[int] = frozenset()  # acquires that could wait (timeout not 0): a unit may reach them
     unseen: frozenset[int] = frozenset()  # timed Nones that may not have looked (``_timed_out_unseen``)
+    # (index, position): cancelled acquires the pool may still serve after they returned
+    # (``_in_flight_until``), each a unit in flight until then
+    lingering: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +104,20 @@ def part_index(index: int, part: int) -> int:
     return index if part == 0 else -(index * 1024 + part)
 
 
-def translate(history: Sequence[Operation], num_blocks: int) -> Translation:
-    """Map the operations the model knows; write, verify and check carry no state and are skipped."""
+def translate(history: Sequence[Operation], num_blocks: int, settle: float = 0.0) -> Translation:
+    """Map the operations the model knows; write, verify and check carry no state and are skipped.
+    ``settle``: how long after its deadline a cancelled acquire may still be in flight in the pool
+    (``_in_flight_until``)."""
     ops = [op for op in history if op.name in _MODELLED]
     times = sorted({op.start for op in ops} | {op.end for op in ops if op.end is not None})
     position = {t: 2 * k for k, t in enumerate(times)}
+
+    def at(time: float | None) -> int:
+        if time is None:
+            return OPEN
+        k = bisect_right(times, time) - 1  # the last recorded time at or before it
+        return 2 * k if times[k] == time else 2 * k + 1
+
     blocks: list[list[BlockOp]] = [[] for _ in range(num_blocks)]
     wildcards: list[BlockOp] = []
     empties: list[BlockOp] = []
@@ -122,14 +135,18 @@ def translate(history: Sequence[Operation], num_blocks: int) -> Translation:
             if mapped.target == ANY_BLOCK:
                 wildcards.append(replace(block_op, index=part_index(op.index, mapped.part)))
                 if mapped.part:
-                    at = OPEN if op.end is None else position[op.end]
-                    extra_returns.append((part_index(op.index, mapped.part), at))
+                    extra_returns.append((part_index(op.index, mapped.part), at(op.end)))
             elif mapped.target == EMPTY_POOL:
                 empties.append(block_op)
             else:
                 blocks[mapped.target].append(block_op)
-    returns = tuple((op.index, OPEN if op.end is None else position[op.end]) for op in ops)
+    returns = tuple((op.index, at(op.end)) for op in ops)
     returns += tuple(extra_returns)
+    lingering = tuple(
+        (op.index, at(_in_flight_until(op, settle)))
+        for op in ops
+        if op.name in _TAKING and op.result == "cancelled" and op.end is not None
+    )
     patient = frozenset(op.index for op in ops if op.name in _TAKING and op.args.get("timeout") != 0)
     unseen = frozenset(op.index for op in ops if op.name in _TAKING and _timed_out_unseen(op))
     return Translation(
@@ -141,7 +158,22 @@ def translate(history: Sequence[Operation], num_blocks: int) -> Translation:
         returns,
         patient,
         unseen,
+        lingering,
     )
+
+
+def _in_flight_until(op: Operation, settle: float) -> float | None:
+    """Until when the pool may still be serving cancelled acquire ``op`` (None: for good). It may
+    live on in the pool past its caller's return: a worker thread or an actor task still waits
+    for a block on its behalf until its deadline, takes one, finds the caller gone and gives it
+    back a moment later (``settle``, the time the quiet checks give a pool to offer a block
+    back). Meanwhile the block it holds is a unit in flight, and an acquire that finds no block
+    free is no violation (an async face over worker threads). Without a timeout it may wait
+    for good."""
+    timeout = op.args.get("timeout")
+    if op.end is None or not isinstance(timeout, int | float) or isinstance(timeout, bool):
+        return None
+    return max(op.end, op.start + timeout) + settle
 
 
 def _map(op: Operation, num_blocks: int) -> _Mapped | str | None:
