@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import inspect
 import time
 import warnings
 from collections.abc import Callable, Coroutine, Sequence
@@ -877,3 +878,19 @@ def test_a_spin_beside_a_ticking_timer_still_hits_the_step_limit() -> None:
     for seed in range(3):
         with pytest.raises(StepLimitExceeded):
             run_controlled(main, RandomScheduler(seed=seed), max_steps=20_000, max_time=3600.0)
+
+
+def test_a_task_that_never_began_is_closed_with_the_loop() -> None:
+    """A run stopped before some task began (a finding, a limit) dropped its coroutine unclosed:
+    "coroutine ... was never awaited" at a later collection, in the user's output (CI's log,
+    once: ``ScenarioOps.run_program``)."""
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+
+    loop = ControlledEventLoop(RandomScheduler(seed=0))
+    loop.set_exception_handler(lambda _loop, _context: None)  # "Task was destroyed ..." is asyncio's
+    coro = work()
+    loop.create_task(coro)
+    loop.close()
+    assert inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED

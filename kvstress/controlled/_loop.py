@@ -32,6 +32,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import heapq
+import inspect
 import itertools
 import linecache
 import math
@@ -379,11 +380,18 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         """Close the loop and drop what was still queued. A thread the code started that is at
         work is first given up to ``SUBMITTED_WAIT_S`` to hand its work back, so that it does
         not find the loop closed (a reset worker's ``call_soon_threadsafe`` raises then, and
-        the thread dies with a traceback after every run)."""
+        the thread dies with a traceback after every run). A task that never began (a run
+        stopped by a finding, a limit, or before its cancelled tasks unwound) has its coroutine
+        closed: dropped, it printed "coroutine ... was never awaited" at some later collection."""
         if not self.is_closed() and self._kv_watch:
             began = time.perf_counter()
             while self._kv_watch.at_work() and time.perf_counter() - began < SUBMITTED_WAIT_S:
                 time.sleep(FOREIGN_POLL_S)
+        if not self.is_closed():
+            for task in asyncio.all_tasks(self):
+                coro = task.get_coro()
+                if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+                    coro.close()
         super().close()
         self._kv_ready.clear()
         self._kv_inbox.clear()
