@@ -431,6 +431,11 @@ class ThreadController:
                 return True
         return any(not t.finished and t.waiting is None for t in self.threads)
 
+    @property
+    def thread_watch(self) -> ThreadWatch | None:
+        """The threads started outside the run while it is on (None before it starts)."""
+        return self._watch
+
     def _outside(self) -> tuple[str, ...]:
         """The threads started since the run began that it does not control, still alive (a
         library's own: anyio's blocking portal runs its event loop in one): what a deadlock's

@@ -172,13 +172,13 @@ def outside_threads_watched() -> bool:
     from kvstress.controlled._baton import active_controller
 
     controller = active_controller()
-    watch: ThreadWatch | None = getattr(controller, "_watch", None) if controller is not None else None
+    watch: ThreadWatch | None = getattr(controller, "thread_watch", None) if controller is not None else None
     if watch is None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
-        watch = getattr(loop, "_kv_watch", None)
+        watch = getattr(loop, "thread_watch", None)
     if not isinstance(watch, ThreadWatch):
         return False
     watch.look_for_new()

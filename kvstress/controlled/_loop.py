@@ -371,6 +371,11 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if error is not None:
             raise error
 
+    @property
+    def thread_watch(self) -> ThreadWatch:
+        """The threads started since this loop was made (a reset worker), watched at idle."""
+        return self._kv_watch
+
     def stop(self) -> None:
         """Stop once the callback running now returns (the pump runs no other after it)."""
         self._kv_stopping = True
