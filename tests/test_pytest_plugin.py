@@ -378,3 +378,49 @@ def test_a_run_that_uses_nothing_of_kvstress_imports_neither_torch_nor_the_searc
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+AUDITED_FIXTURE = """
+import pytest
+import kvstress
+from kvstress import ThreadedBlockPool
+
+@pytest.fixture
+def pool():
+    audited = kvstress.audit(ThreadedBlockPool(4, (2, 2)))
+    yield audited
+    audited.close()
+
+def test_double_release(pool):
+    block = pool.acquire(0)
+    pool.mark_in_use(block)
+    pool.release(block)
+    pool.release(block)
+
+@pytest.mark.kvstress_explore(schedules=5)
+def test_double_release_explored(pool):
+    block = pool.acquire(0)
+    pool.release(block)
+    pool.release(block)
+
+def test_swallowed(pool):
+    block = pool.acquire(0)
+    pool.release(block)
+    try:
+        pool.release(block)
+    except kvstress.InvariantViolation:
+        pass
+"""
+
+
+def test_an_audited_violation_that_failed_the_test_is_not_raised_again_at_teardown(
+    pytester: pytest.Pytester,
+) -> None:
+    """A violation at the faulty call fails the test; the fixture's close() raised it again, an
+    error beside every failure. A violation the test swallowed still fails at close()."""
+    pytester.makepyfile(test_audited=AUDITED_FIXTURE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=2, errors=1)
+    out = result.stdout.str()
+    assert "ERROR test_audited.py::test_swallowed" in out
+    assert "found earlier, at the faulty call" in out

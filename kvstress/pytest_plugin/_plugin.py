@@ -9,6 +9,7 @@ xdist workers take it from ``workerinput``. Everything a test needs is kept in
 from __future__ import annotations
 
 import warnings
+from collections.abc import Generator
 
 import pytest
 
@@ -63,6 +64,20 @@ def _configure(config: pytest.Config) -> None:
     if settings.controlled_loop:
         _check_loop_hook(config)
         config.pluginmanager.register(ControlledLoops(settings.session_seed), "kvstress-controlled-loop")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A test that failed on an audited pool's violation has shown it: an audit closed in the
+    test's teardown does not raise it a second time (``note_shown``)."""
+    report = yield
+    if call.when == "call" and call.excinfo is not None:
+        from kvstress.audit._core import note_shown
+
+        note_shown(call.excinfo.value)
+    return report
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
