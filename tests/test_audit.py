@@ -180,10 +180,33 @@ def test_close_lists_each_leak_with_its_holder_and_acquire_stack() -> None:
     found = violation_of(caught)
     assert found.invariant == "lost-block"
     assert (
-        f"block {kept.id} (acquired by MainThread, retained by MainThread; 1 reference left)" in found.message
+        f"block {kept.id} (acquired by MainThread, retained by MainThread, released by MainThread; "
+        "1 reference left)" in found.message
     )
     assert "in test_close_lists_each_leak_with_its_holder_and_acquire_stack" in found.message
-    assert found.blocks[kept.id].holders == ("MainThread", "MainThread")
+    assert found.blocks[kept.id].holders == ("MainThread",)
+
+
+def test_a_leak_names_who_still_holds_it_not_who_gave_theirs_back() -> None:
+    """The block table listed every taker of a shared block as a holder, those that had released
+    theirs included."""
+    import threading
+
+    pool = audited(3)
+    kept = take(pool)
+
+    def sharer() -> None:
+        pool.retain(kept)
+        pool.release(kept)
+
+    thread = threading.Thread(target=sharer, name="w2")
+    thread.start()
+    thread.join()
+    with pytest.raises(InvariantViolation) as caught:
+        pool.close()
+    found = violation_of(caught)
+    assert "(acquired by MainThread, retained by w2, released by w2; 1 reference left)" in found.message
+    assert found.blocks[kept.id].holders == ("MainThread",)
 
 
 def test_with_block_exits_clean_and_an_exception_is_not_masked() -> None:

@@ -40,6 +40,7 @@ class Lease:
         "marked",
         "number",
         "refs",
+        "released_by",
         "releasing",
         "retain_raced",
         "retaining",
@@ -57,6 +58,7 @@ class Lease:
         self.stack = stack  # where it was acquired
         self.refs = 1  # references not yet given up: the acquire's and one per retain
         self.sharers: tuple[str, ...] = ()  # who retained it
+        self.released_by: tuple[str, ...] = ()  # who gave up a reference that was not the last
         self.marked = False
         self.ended_by: str | None = None  # who released the last reference
         self.ended_op: int | None = None  # the index of that release in the history
@@ -143,6 +145,7 @@ class AuditLedger:
         lease.refs -= 1
         lease.releasing += 1
         if lease.refs > 0:
+            lease.released_by += (holder,)
             return False
         lease.ended_by, lease.ended_op = holder, op[0]
         if self.open.get(lease.block_id) is lease:
@@ -152,6 +155,8 @@ class AuditLedger:
     def undo_give_up(self, lease: Lease) -> None:
         """Take back a ``give_up`` whose release the pool shows never took effect."""
         lease.refs += 1
+        if lease.refs > 1 and lease.released_by:
+            lease.released_by = lease.released_by[:-1]
         if lease.refs == 1 and lease.block_id not in self.open:
             self.open[lease.block_id] = lease
             lease.ended_by = lease.ended_op = None

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kvstress import checkers
 from kvstress._violation import InvariantViolation
-from kvstress.audit._report import holders, state_of
+from kvstress.audit._report import still_holding, state_of
 from kvstress.pool._state import HELD_STATES, BlockState
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class QuietCheck:
             ledger.since_full_check = 0
             # Copies, not the leases: calls that begin after the reads below change the leases.
             held = {
-                b: Held(lease.holder, holders(lease), lease.refs, lease.marked)
+                b: Held(lease.holder, still_holding(lease), lease.refs, lease.marked)
                 for b, lease in ledger.open.items()
             }
             handles = {b: lease.inner for b, lease in ledger.latest.items()}

@@ -81,11 +81,22 @@ def holders(lease: Lease) -> tuple[str, ...]:
     return (lease.holder, *lease.sharers)
 
 
+def still_holding(lease: Lease) -> tuple[str, ...]:
+    """Who of those that took references to an open lease has not given one back: each release
+    that was not the last takes its caller off once (a reference handed to another task or
+    thread and released there takes the first taker off: who kept which is not seen)."""
+    left = list(holders(lease))
+    for name in lease.released_by:
+        left.remove(name if name in left else left[0])
+    return tuple(left)
+
+
 def describe_lease(lease: Lease) -> str:
-    """``block 3 (acquired by w1, retained by w2; 2 references left)``."""
+    """``block 3 (acquired by w1, retained by w2, released by w1; 1 reference left)``."""
     shared = f", retained by {', '.join(lease.sharers)}" if lease.sharers else ""
+    gone = f", released by {', '.join(lease.released_by)}" if lease.released_by else ""
     left = f"{lease.refs} reference{'s' if lease.refs != 1 else ''} left"
-    return f"block {lease.block_id} (acquired by {lease.holder}{shared}; {left})"
+    return f"block {lease.block_id} (acquired by {lease.holder}{shared}{gone}; {left})"
 
 
 def leak_message(leases: list[Lease]) -> str:
@@ -135,7 +146,7 @@ def block_table(
                 block_id,
                 state,
                 refcount,
-                () if lease is None else holders(lease),
+                () if lease is None else still_holding(lease),
                 None if queued is None else block_id in queued,
             )
         )
