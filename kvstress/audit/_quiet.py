@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kvstress import checkers
 from kvstress._violation import InvariantViolation
-from kvstress.audit._report import still_holding, state_of
+from kvstress.audit._report import state_of, still_holding
 from kvstress.pool._state import HELD_STATES, BlockState
 
 if TYPE_CHECKING:
