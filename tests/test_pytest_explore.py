@@ -227,6 +227,36 @@ def test_a_bad_replay_string_is_a_usage_error(pytester: pytest.Pytester) -> None
     )
 
 
+def test_a_replay_with_several_explored_tests_selected_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """A schedule is one test's: with several marked tests selected, each other one ran it and
+    failed with a divergence of its own. Refused at the start, naming them; one named test runs."""
+    pytester.makepyfile(
+        test_two="""
+import pytest
+
+@pytest.mark.kvstress_explore(schedules=3)
+def test_a():
+    pass
+
+@pytest.mark.kvstress_explore(schedules=3)
+def test_b():
+    pass
+"""
+    )
+    schedule = "ks1:CANwY3TAr66hyNn7tdABAAitheM"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--kvstress-replay={schedule}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "replays the schedule of one kvstress_explore test, but 2 are selected" in err
+    assert "test_two.py::test_a, test_two.py::test_b" in err
+    assert "no kvstress_explore test ran" not in result.stdout.str()
+    one = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--kvstress-replay={schedule}", "test_two.py::test_a"
+    )
+    one.assert_outcomes(passed=1)
+    assert "explored 1 schedule (strategy 'replay'" in one.stdout.str()
+
+
 NEVER_ENDS = """
 import asyncio
 

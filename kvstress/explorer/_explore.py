@@ -35,7 +35,8 @@ class Explored:
     def __str__(self) -> str:
         end = ", every one the strategy has" if self.exhausted else ""
         strategy, seed = self.strategy, self.seed
-        return f"kvstress explored {self.schedules} schedules (strategy {strategy!r}, seed {seed}{end})"
+        runs = f"{self.schedules} schedule{'' if self.schedules == 1 else 's'}"
+        return f"kvstress explored {runs} (strategy {strategy!r}, seed {seed}{end})"
 
 
 def explore(

@@ -115,6 +115,22 @@ class ExploredTests:
         finally:
             self._code_threads.update(set(threading.enumerate()) - before)
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """``--kvstress-replay`` replays one test's schedule: with several marked tests selected,
+        every other one ran that schedule and failed with a divergence of its own. Refused at
+        the start, naming them."""
+        if self._replay is None:
+            return
+        marked = [item.nodeid for item in items if item.get_closest_marker(MARKER_NAME) is not None]
+        if len(marked) > 1:
+            shown = ", ".join(marked[:3]) + (f" and {len(marked) - 3} more" if len(marked) > 3 else "")
+            raise pytest.UsageError(
+                f"--kvstress-replay replays the schedule of one {MARKER_NAME} test, but {len(marked)} are "
+                f"selected ({shown}): name the one test, as the failure's replay line does "
+                f"(pytest --kvstress-replay={self._replay} path/to/test_file.py::test_name)"
+            )
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         """A marked test runs its protocol once per schedule, each on fresh fixtures."""
@@ -241,8 +257,10 @@ class ExploredTests:
         finally:
             pyfuncitem.obj = original
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         """One line per passing marked test: how many schedules it explored."""
+        if exitstatus == pytest.ExitCode.USAGE_ERROR:
+            return
         if self._replay is not None and not self.explored and not terminalreporter.stats.get("failed"):
             terminalreporter.write_line(f"kvstress: --kvstress-replay given, but no {MARKER_NAME} test ran")
         if self.explored:
@@ -387,7 +405,7 @@ class ExploredTests:
 
     def _passed(self, item: pytest.Function, runs: int, name: str, seed: int) -> None:
         """Record a passing test's count: its report section, JUnit property and summary line."""
-        line = f"explored {runs} schedules (strategy {name!r}, seed {seed})"
+        line = f"explored {runs} schedule{'' if runs == 1 else 's'} (strategy {name!r}, seed {seed})"
         item.user_properties.append(("kvstress_schedules", runs))
         item.add_report_section("call", SECTION, line)
         self.explored[item.nodeid] = line
