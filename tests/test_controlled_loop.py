@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import inspect
+import os
 import time
 import warnings
 from collections.abc import Callable, Coroutine, Sequence
@@ -894,3 +895,34 @@ def test_a_task_that_never_began_is_closed_with_the_loop() -> None:
     loop.create_task(coro)
     loop.close()
     assert inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads are watched through /proc")
+@pytest.mark.parametrize(("patience", "deadlock"), [(0.2, True), (3.0, False)])
+def test_an_idle_loop_waits_its_patience_for_a_parked_thread_of_the_code_s_own(
+    patience: float, deadlock: bool
+) -> None:
+    """A worker thread that keeps a caller's timeout is parked in a timed wait, and answers when
+    it ends: a loop that waited less than that called it a deadlock (an async face over worker
+    threads, under load, at the same 1 s as the worker's timeout)."""
+    import threading
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        loop.foreign_patience = patience  # type: ignore[attr-defined]
+        answer = loop.create_future()
+
+        def worker() -> None:
+            time.sleep(0.6)  # parked, as in a timed wait
+            with contextlib.suppress(RuntimeError):  # the loop that called it a deadlock is closed
+                loop.call_soon_threadsafe(answer.set_result, "answered")
+
+        threading.Thread(target=worker, daemon=True).start()
+        return await answer
+
+    if deadlock:
+        with pytest.raises(Deadlock):
+            run_controlled(main, RandomScheduler(seed=0))
+        time.sleep(0.7)  # let the worker end before the next test
+    else:
+        assert run_controlled(main, RandomScheduler(seed=0)) == "answered"

@@ -206,6 +206,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self.close()
             raise
         self.scheduler = scheduler
+        self.foreign_patience = SUBMITTED_WAIT_S
+        """Real seconds an idle loop, with no timer left and a thread of the code's own alive,
+        waits for that thread to call back before it calls the wait a deadlock: a thread that
+        keeps a caller's timeout (a worker in ``queue.get(timeout=)`` or a threaded pool's
+        timed wait) is parked until its timeout, and answers then. A run that gives its calls
+        longer timeouts than this sets it longer (the scenarios: their longest timeout)."""
         self.max_steps = max_steps
         self.steps = 0
         self.decisions = 0
@@ -658,7 +664,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if not self._kv_polled:
                 self._kv_polled = True  # finished I/O or a thread's call may still come in
                 return False
-            if self._kv_watch and self._kv_woken.wait(SUBMITTED_WAIT_S):
+            if self._kv_watch and self._kv_woken.wait(self.foreign_patience):
                 # A thread of the code's own, not seen at work (just handed its work on a loaded
                 # machine, not yet on a CPU), answered after all: no deadlock. Only a deadlock
                 # beside such a thread pays this wait (a blind user's asyncio front over an
@@ -792,7 +798,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
 
     def _deadlock_message(self) -> str:
         waiting = sorted(
-            f"{self._lanes.get(task, '?')} {task.get_name()!r}" for task in asyncio.all_tasks(self)
+            f"{self._lanes.get(task, '?')} {task.get_name()!r} at {_suspended_at(task)}"
+            for task in asyncio.all_tasks(self)
         )
         shown = ", ".join(waiting[:8]) + (f" and {len(waiting) - 8} more" if len(waiting) > 8 else "")
         now = round(self._kv_now, 9)

@@ -202,6 +202,12 @@ class ScenarioOps(Scenarios):
             self.failed_blocks = dump_blocks(self.pool, self.num_blocks, self.ledger)
 
 
+FOREIGN_MARGIN = 2.0
+"""How many times an acquire's longest timeout an idle loop waits for a thread of the pool's own
+to answer (``ControlledEventLoop.foreign_patience``): the thread's timed wait began before the loop
+went idle, and wakes late on a loaded machine."""
+
+
 def run_execution(
     config: ScenarioConfig, scheduler: Scheduler, record: ExecutionRecord | None = None
 ) -> ExecutionRecord:
@@ -302,6 +308,10 @@ async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
     # that, what a callback raised is noted for the report (a pool's done-callback that died).
     loop.set_exception_handler(lambda _loop, context: note_loop_error(record, context))
     record.scenario = draw_scenario(config, loop.scheduler.next_u64())
+    # A pool's own thread may keep an acquire's timeout in a real timed wait (an async face
+    # over worker threads): the loop waits that long for it before it calls the wait a
+    # deadlock (it raced the thread's own timeout, and lost under load, at the same 1 s).
+    loop.foreign_patience = max(loop.foreign_patience, FOREIGN_MARGIN * record.scenario.longest_timeout)
     await run_workers(config, record, anyio.current_time)
 
 

@@ -111,6 +111,20 @@ class Scenario:
             float(arg[1] or 0) for program in self.programs for kind, arg in program if kind == "acquire_many"
         )
 
+    @property
+    def longest_timeout(self) -> float:
+        """The longest timeout any one acquire of the scenario is given (0 when none)."""
+        return max(
+            [float(arg or 0) for program in self.programs for kind, arg in program if kind == "acquire"]
+            + [
+                float(arg[1] or 0)
+                for program in self.programs
+                for kind, arg in program
+                if kind == "acquire_many"
+            ]
+            + [0.0]
+        )
+
     def to_json(self) -> list[list[list[Any]]]:
         """A JSON-ready form."""
         return [[[kind, arg] for kind, arg in program] for program in self.programs]
