@@ -315,6 +315,23 @@ def test_lost_wake_up_is_a_deadlock_not_a_hang() -> None:
         run_controlled(main, RandomScheduler(seed=1))
 
 
+def test_a_deadlock_says_where_each_task_waits_through_a_hand_driven_awaitable() -> None:
+    """Each waiting task is named with the line it waits at, inside a coroutine the harness
+    drives by hand (its wake-up counter): the message said `value = yield yielded`."""
+    from kvstress.harness._runner import Suspensions
+
+    async def acquire_that_never_returns(never: asyncio.Event) -> None:
+        await never.wait()  # the pool's line
+
+    async def main() -> None:
+        await Suspensions(acquire_that_never_returns(asyncio.Event()))
+
+    with pytest.raises(Deadlock) as caught:
+        run_controlled(main, RandomScheduler(seed=1))
+    assert "test_controlled_loop.py:" in str(caught.value)
+    assert "`await never.wait()  # the pool's line`" in str(caught.value)
+
+
 @pytest.mark.parametrize("steps", [500, 5000])
 def test_livelock_hits_the_step_limit(steps: int) -> None:
     """Two tasks that keep yielding forever raise StepLimitExceeded after max_steps callbacks; past

@@ -37,6 +37,7 @@ import itertools
 import linecache
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
@@ -811,16 +812,41 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
 
 
 def _suspended_at(task: asyncio.Task[Any]) -> str:
-    """``file.py:57: `await req.fut``` for the innermost coroutine a suspended task awaits in."""
-    frame = None
+    """``file.py:57: `await req.fut``` for the innermost coroutine a suspended task awaits in
+    that is not the event loop's, a concurrency library's or kvstress's own (the line of the
+    pool or the test that waits), else the innermost."""
+    frames = []
     awaited: Any = task.get_coro()
     while awaited is not None:
-        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None) or frame
-        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
-    if frame is None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is not None:
+            frames.append(frame)
+        inner = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        if inner is None and frame is not None and frame.f_code.co_name == "__await__":
+            # An awaitable that drives a coroutine by hand (the harness counts a pool's
+            # wake-ups so) holds it as ``coro``: the wait is in there.
+            inner = frame.f_locals.get("coro")
+            inner = inner if inspect.iscoroutine(inner) else None
+        awaited = inner
+    if not frames:
         return "(no frame)"
+    own = [f for f in frames if not _library_file(f.f_code.co_filename)]
+    frame = own[-1] if own else frames[-1]
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}" + (f": `{line}`" if line else "")
+
+
+_LIBRARIES = ("asyncio", "concurrent.futures", "anyio", "trio", "sniffio", "kvstress")
+
+
+def _library_file(filename: str) -> bool:
+    """In the standard library's asyncio or futures, anyio, trio, sniffio or kvstress."""
+    for name in _LIBRARIES:
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None)
+        if where and filename.startswith(os.path.dirname(where) + os.sep):
+            return True
+    return False
 
 
 def _entry(
