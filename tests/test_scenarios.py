@@ -536,6 +536,19 @@ def test_a_cancelled_acquire_the_pool_still_serves_is_no_lost_block(seed: int) -
     assert result.failure is None, result.failure.describe()
 
 
+def test_an_executor_front_whose_thread_outlives_a_caller_that_timed_out_is_clean() -> None:
+    """run_in_executor + wait_for with the same timeout: the thread may get a block after its
+    caller gave up, and gives it back from the future's callback. Its twin drops the block."""
+    from pools.executor_front import ExecutorFrontLeakPool, ExecutorFrontPool
+
+    result = search(config_for(ExecutorFrontPool), RandomScheduler(seed=0), max_executions=60)
+    assert result.failure is None, result.failure.describe()
+    leak = search(
+        config_for(ExecutorFrontLeakPool), RandomScheduler(seed=0), max_executions=200, shrink=False
+    )
+    assert leak.failure is not None and leak.failure.violation.invariant == "lost-block"
+
+
 def test_a_block_the_pool_takes_for_a_cancelled_acquire_and_keeps_is_lost() -> None:
     from pools.task_per_request import TaskPerRequestLeakPool
 
