@@ -244,3 +244,20 @@ def test_a_stress_finding_on_a_motif_replays_that_motif(
     monkeypatch.setattr(replay_module, "run_stress_execution", recording)
     replay_module.replay_report(report, tries=2)
     assert ran == [Scenario.from_json(report["scenario"])] * 2
+
+
+def test_a_stress_finding_carries_the_interleaving_table() -> None:
+    """A report of a free-running finding printed no operation at all (a blind user's): it
+    carries the history as the table, in the order calls returned on the real clock."""
+    from kvstress.fuzz import load_target
+    from kvstress.fuzz._slices import run_slice
+
+    target = load_target("kvstress.mutants:ResetAfterOfferPool")
+    finding = None
+    for seed in range(5):
+        finding = run_slice("stress", target, seed, 5.0).finding
+        if finding is not None:
+            break
+    assert finding is not None and finding.table is not None
+    assert finding.table.splitlines()[0].split("|")[1].strip() == "b0"
+    assert "<- failed here" in finding.table

@@ -131,6 +131,10 @@ def test_a_cancelled_acquire_holds_the_block_back_only_until_it_returns() -> Non
     with pytest.raises(InvariantViolation, match="kept waiting") as caught:
         check_wakeups(beside, backoff_bound=0.0, slack=0.01, settle=0.05)
     assert caught.value.invariant == "lost-wakeup"
+    # The stretch is counted from the cancelled waiter's return plus the settle, and says so
+    # (0.95 s between 1.0 and 2.5 read as wrong arithmetic).
+    assert "kept waiting for 0.95 s" in caught.value.message
+    assert "counted free from 1.550000 s: another acquire that gave up" in caught.value.message
 
 
 @pytest.mark.parametrize(

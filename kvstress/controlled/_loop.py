@@ -207,6 +207,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self.close()
             raise
         self.scheduler = scheduler
+        self.deadlock_note: Callable[[], str] | None = None
+        """What the run adds to a deadlock's message, read as the deadlock is found (the
+        scenarios: the acquires in flight with a timeout nothing would end)."""
         self.foreign_patience = SUBMITTED_WAIT_S
         """Real seconds an idle loop, with no timer left and a thread of the code's own alive,
         waits for that thread to call back before it calls the wait a deadlock: a thread that
@@ -804,10 +807,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         )
         shown = ", ".join(waiting[:8]) + (f" and {len(waiting) - 8} more" if len(waiting) > 8 else "")
         now = round(self._kv_now, 9)
+        note = self.deadlock_note() if self.deadlock_note is not None else ""
         return (
             f"deadlock at virtual time {now:g}: no callback is ready and no timer is pending, "
             f"so nothing can wake the {len(waiting)} waiting tasks ({shown or 'none'}); a lost "
             "wake-up, or a wait on real I/O or a thread, which the controlled loop does not wait for"
+            f"{note}"
         )
 
 

@@ -34,6 +34,7 @@ from kvstress.scenarios._execution import has_member
 from kvstress.scenarios._motifs import churn, motifs
 from kvstress.scenarios._search import ScenarioFailure, SearchResult
 from kvstress.scenarios._switches import Switch
+from kvstress.scenarios._table import interleaving_table
 from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler
 
 STRATEGIES = ("contract", "delay", "pct", "random", "machine", "stress")
@@ -388,6 +389,9 @@ def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | No
         history=failure.history,
         blocks=failure.blocks,
         scenario=failure.scenario.to_json(),
+        # The history on the real clock, in the order calls returned: how the free-running
+        # threads or tasks met (a report printed none of it).
+        table=interleaving_table(failure.history, failure.scenario.workers, failure.failed_op),
         reproduction={"reproduced": failure.reproduced, "replays": failure.replays},
         failed_op=failure.failed_op,
         blocks_at="when the run ended (free-running: the other threads did not stop at the check)",

@@ -308,6 +308,7 @@ async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
     # that, what a callback raised is noted for the report (a pool's done-callback that died).
     loop.set_exception_handler(lambda _loop, context: note_loop_error(record, context))
     record.scenario = draw_scenario(config, loop.scheduler.next_u64())
+    loop.deadlock_note = lambda: timeouts_not_kept(record.history)
     # A pool's own thread may keep an acquire's timeout in a real timed wait (an async face
     # over worker threads): the loop waits that long for it before it calls the wait a
     # deadlock (it raced the thread's own timeout, and lost under load, at the same 1 s).
@@ -390,6 +391,30 @@ def as_violation(error: BaseException, record: ExecutionRecord, config: Scenario
     if isinstance(error, ControlledLoopError):
         return InvariantViolation(_hang_kind(error, record), str(error))
     return crash_of(error, config, "the execution")
+
+
+def timeouts_not_kept(history: Sequence[Operation]) -> str:
+    """For a deadlock (read as it is found, before the run unwinds): the acquires in flight that
+    were given a timeout. On the run's clock a timed wait ends by a timer (or a thread of the
+    pool's own that keeps it); with nothing left to wake anyone, those waits do not keep their
+    timeouts, the likeliest bug (a blind user's pool that waited on a future with no deadline
+    read only as "a lost wake-up, or a wait on real I/O or a thread")."""
+    waiting = [
+        op
+        for op in history
+        if op.name in ("acquire", "acquire_many")
+        and op.outcome == "pending"
+        and isinstance(op.args.get("timeout"), int | float)
+        and op.args["timeout"] > 0
+    ]
+    if not waiting:
+        return ""
+    named = ", ".join(f"{op.worker}'s {op.name}(timeout={op.args['timeout']:g})" for op in waiting[:4])
+    more = f" and {len(waiting) - 4} more" if len(waiting) > 4 else ""
+    return (
+        f". In flight with a timeout, and nothing pending that would end it then: {named}{more} "
+        "(a wait that does not keep its timeout, or waits for something past it)"
+    )
 
 
 def crash_of(error: BaseException, config: ScenarioConfig, what: str) -> InvariantViolation:
