@@ -568,12 +568,14 @@ def test_a_timeout_cut_short_by_the_pools_own_thread_is_still_early() -> None:
     assert result.failure is not None and result.failure.violation.invariant == "timeout-early"
 
 
-def test_a_deadlock_names_the_acquires_in_flight_with_a_timeout_nothing_would_end() -> None:
+@pytest.mark.parametrize("pool", ["IgnoresTimeoutPool", "ThreadedIgnoresTimeoutPool"])
+def test_a_deadlock_names_the_acquires_in_flight_with_a_timeout_nothing_would_end(pool: str) -> None:
     """A pool that waits with no deadline: its hang read only as "a lost wake-up, or a wait on
     real I/O or a thread" (a blind user's); it names the timed acquires nothing would end."""
-    from pools.ignores_timeout import IgnoresTimeoutPool
+    from pools import ignores_timeout
 
-    result = search(config_for(IgnoresTimeoutPool), RandomScheduler(seed=0), max_executions=200, shrink=False)
+    factory = getattr(ignores_timeout, pool)
+    result = search(config_for(factory), RandomScheduler(seed=0), max_executions=200, shrink=False)
     assert result.failure is not None and result.failure.violation.invariant == "hang"
     message = result.failure.violation.message
     assert "In flight with a timeout, and nothing pending that would end it then: b" in message

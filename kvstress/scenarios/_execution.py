@@ -33,6 +33,7 @@ from kvstress.controlled import (
     SchedulerExhausted,
     SchedulerMisbehaved,
     StepLimitExceeded,
+    ThreadDeadlock,
     current_loop,
     run_controlled,
     spawn,
@@ -388,22 +389,30 @@ def build_pool(config: ScenarioConfig) -> Any:
 def as_violation(error: BaseException, record: ExecutionRecord, config: ScenarioConfig) -> InvariantViolation:
     if isinstance(error, InvariantViolation):
         return error
+    if isinstance(error, ThreadDeadlock):
+        # Read after the run unwound: a blocked worker's last operation is the one it was in.
+        last = {op.worker: op for op in record.history}
+        blocked = [last[name] for name in error.wait_for if name in last]
+        note = timeouts_not_kept(blocked, unwound=True)  # a line of its own, under the graph
+        return InvariantViolation("hang", str(error) + (f"\n{note.removeprefix('. ')}." if note else ""))
     if isinstance(error, ControlledLoopError):
         return InvariantViolation(_hang_kind(error, record), str(error))
     return crash_of(error, config, "the execution")
 
 
-def timeouts_not_kept(history: Sequence[Operation]) -> str:
+def timeouts_not_kept(history: Sequence[Operation], unwound: bool = False) -> str:
     """For a deadlock (read as it is found, before the run unwinds): the acquires in flight that
     were given a timeout. On the run's clock a timed wait ends by a timer (or a thread of the
     pool's own that keeps it); with nothing left to wake anyone, those waits do not keep their
     timeouts, the likeliest bug (a blind user's pool that waited on a future with no deadline
-    read only as "a lost wake-up, or a wait on real I/O or a thread")."""
+    read only as "a lost wake-up, or a wait on real I/O or a thread"). ``unwound``: the
+    operations of the threads a deadlock blocked, read after the run unwound them (they end
+    cancelled or raised then)."""
     waiting = [
         op
         for op in history
         if op.name in ("acquire", "acquire_many")
-        and op.outcome == "pending"
+        and (op.outcome == "pending" or (unwound and op.outcome != "ok"))
         and isinstance(op.args.get("timeout"), int | float)
         and op.args["timeout"] > 0
     ]

@@ -7,6 +7,7 @@ from typing import Any
 
 from kvstress.mutants import Block
 from kvstress.mutants._ledger import BlockLedger
+from pools._simple import SimpleThreadedPool
 
 
 class IgnoresTimeoutPool(BlockLedger):
@@ -36,3 +37,11 @@ class IgnoresTimeoutPool(BlockLedger):
             async with self._cond:
                 self._cond.notify()
         return True
+
+
+class ThreadedIgnoresTimeoutPool(SimpleThreadedPool):
+    """A threaded pool whose acquire waits for a block for ever, whatever its timeout, except a
+    try-once (BUG)."""
+
+    def acquire(self, timeout: float | None = None) -> Block | None:  # type: ignore[override]
+        return super().acquire(timeout if timeout == 0 else None)
