@@ -643,11 +643,21 @@ def _machine(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | N
                 history=violation.history,
                 blocks=violation.blocks,
                 program=machine_program(violation) or violation.program,
+                table=_history_table(violation.history),
                 options={"batches": batches},
                 blocks_at=AT_THE_CHECK,
             )
             return result
     return result
+
+
+def _history_table(history: tuple[Operation, ...]) -> str | None:
+    """A run's history as the interleaving table, one column per caller in order of first call
+    (the state machine's runs are not scheduled: the table is the order calls returned)."""
+    if not history:
+        return None
+    workers = list(dict.fromkeys(op.worker for op in history if op.worker != "harness"))
+    return interleaving_table(history, workers)
 
 
 def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:

@@ -96,7 +96,7 @@ class Operations:
                 raise InvariantViolation(
                     "lost-block",
                     f"acquire(timeout={timeout}) returned None although {free} block(s) are held by "
-                    f"nobody and every release has returned",
+                    f"nobody and every release has returned{await self._where_unheld(index)}",
                 )
             return None
         block_id = self._read(index, block, "id")
@@ -359,6 +359,28 @@ class Operations:
             return False
         _, free_ids = await self._settled(index)
         return not self._away(free_ids)
+
+    async def _where_unheld(self, index: int) -> str:
+        """Where the blocks nobody holds are, for a refused try-once's message: those missing
+        from the free queue, with the state their handles show (one left RELEASING by a release
+        cancelled halfway read as "every release has returned", a blind user's)."""
+        try:
+            _, free_ids = await self._read_free(index)
+            away = sorted(self._away(free_ids))
+            shown = []
+            for block_id in away:
+                handle = self.ledger.handles.get(block_id)
+                state = "never handed out" if handle is None else self._state(handle).name
+                shown.append(f"block {block_id} ({state})")
+        except Exception:  # the message must not fail the violation it belongs to
+            return ""
+        if not away:
+            return f"; the free queue holds {free_ids}"
+        cut = [
+            op for op in self.history.snapshot() if op.name == "release" and op.outcome in ("info", "raised")
+        ]
+        hint = "; a release was cancelled or raised earlier" if cut else ""
+        return f"; not in the free queue: {', '.join(shown)}{hint}"
 
     def cancelled_served(self) -> bool:
         """Whether the pool may still be serving a cancelled acquire: a worker or a task of its
