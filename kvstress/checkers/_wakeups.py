@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvstress._violation import InvariantViolation, Operation
+from kvstress.linearize._model import served_until
 
 
 def check_wakeups(
@@ -143,13 +144,11 @@ def _may_take(op: Operation, block: object, since: float) -> bool:
 def _served_after_return(op: Operation, at: float, settle: float) -> bool:
     """A cancelled acquire that returned before ``at`` and that the pool may still be serving
     then: until its deadline plus ``settle``, or for good without a timeout (as the
-    linearizability model's ``_in_flight_until``)."""
+    linearizability model's ``served_until``)."""
     if op.result != "cancelled" or op.end is None or op.end >= at:
         return False
-    timeout = op.args.get("timeout")
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool):
-        return True
-    return at <= op.start + timeout + settle
+    until = served_until(op, settle)
+    return until is None or at <= until
 
 
 def _gave_up(op: Operation) -> bool:

@@ -28,6 +28,7 @@ from kvstress.harness._cpu import excused_wall_seconds, thread_cpu_without_gc
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import LoopThread, Suspensions, ThreadWorker
+from kvstress.linearize._model import served_until
 from kvstress.pool._state import BlockState
 
 
@@ -386,15 +387,13 @@ class Operations:
         """Whether the pool may still be serving a cancelled acquire: a worker or a task of its
         own that waits for a block on the caller's behalf until the caller's deadline, takes
         one, finds the caller gone and gives it back within ``timing.settle`` (the
-        linearizability model's ``_in_flight_until``). A FIFO pool keeps a block it released
+        linearizability model's ``served_until``). A FIFO pool keeps a block it released
         for such a waiter, and a try-once meanwhile is refused with blocks in the queue."""
         now = self._now()
         for op in self.history.snapshot():
             if op.name in ("acquire", "acquire_many") and op.result == "cancelled" and op.end is not None:
-                timeout = op.args.get("timeout")
-                if not isinstance(timeout, int | float) or isinstance(timeout, bool):
-                    return True
-                if now <= max(op.end, op.start + timeout) + self.timing.settle:
+                until = served_until(op, self.timing.settle)
+                if until is None or now <= until:
                     return True
         return False
 

@@ -82,7 +82,7 @@ class Translation:
     patient: frozenset[int] = frozenset()  # acquires that could wait (timeout not 0): a unit may reach them
     unseen: frozenset[int] = frozenset()  # timed Nones that may not have looked (``_timed_out_unseen``)
     # (index, position): cancelled acquires the pool may still serve after they returned
-    # (``_in_flight_until``), each a unit in flight until then
+    # (``served_until``), each a unit in flight until then
     lingering: tuple[tuple[int, int], ...] = ()
 
 
@@ -107,7 +107,7 @@ def part_index(index: int, part: int) -> int:
 def translate(history: Sequence[Operation], num_blocks: int, settle: float = 0.0) -> Translation:
     """Map the operations the model knows; write, verify and check carry no state and are skipped.
     ``settle``: how long after its deadline a cancelled acquire may still be in flight in the pool
-    (``_in_flight_until``)."""
+    (``served_until``)."""
     ops = [op for op in history if op.name in _MODELLED]
     times = sorted({op.start for op in ops} | {op.end for op in ops if op.end is not None})
     position = {t: 2 * k for k, t in enumerate(times)}
@@ -143,7 +143,7 @@ def translate(history: Sequence[Operation], num_blocks: int, settle: float = 0.0
     returns = tuple((op.index, at(op.end)) for op in ops)
     returns += tuple(extra_returns)
     lingering = tuple(
-        (op.index, at(_in_flight_until(op, settle)))
+        (op.index, at(served_until(op, settle)))
         for op in ops
         if op.name in _TAKING and op.result == "cancelled" and op.end is not None
     )
@@ -162,7 +162,7 @@ def translate(history: Sequence[Operation], num_blocks: int, settle: float = 0.0
     )
 
 
-def _in_flight_until(op: Operation, settle: float) -> float | None:
+def served_until(op: Operation, settle: float) -> float | None:
     """Until when the pool may still be serving cancelled acquire ``op`` (None: for good). It may
     live on in the pool past its caller's return: a worker thread or an actor task still waits
     for a block on its behalf until its deadline, takes one, finds the caller gone and gives it
