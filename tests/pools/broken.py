@@ -264,12 +264,11 @@ class MillisecondsPool(SimpleThreadedPool):
 
 
 class LateTimeoutPool(SimpleThreadedPool):
-    """Acquire waits timeout*4 + 0.7 s before giving up.
+    """Acquire waits timeout*4 + 0.7 s before giving up."""
 
-    Late by more than the load-aware slack (0.25 s times the load per core) up to a load of 2.8
-    per core, and by less than the hang bound: at 0.3 s late, a run beside a loaded machine's
-    other work (load 2.5 per core) could not tell it from the OS's own lateness."""
-
+    # Late by more than the load-aware slack (0.25 s times the load per core) up to a load of
+    # 2.8 per core, and by less than the hang bound: at 0.3 s late, a run beside a loaded
+    # machine's other work (load 2.5 per core) could not tell it from the OS's own lateness.
     expected = "timeout-late"
 
     def acquire(self, timeout: float | None = None) -> Block | None:
