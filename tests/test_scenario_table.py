@@ -66,3 +66,11 @@ def test_switch_points_are_listed_under_the_table() -> None:
         "  1. first",
         "  2. second",
     ]
+
+
+def test_a_double_release_reads_as_one() -> None:
+    """A release through an ended tenancy's handle read ``release(0, True)``."""
+    from kvstress.scenarios._table import cell_text
+
+    double = Operation(0, "h0", "release", {"block": 0, "double": True}, 0.0, 0.1, "ok", True)
+    assert cell_text(double) == "release(0), a double release -> True"

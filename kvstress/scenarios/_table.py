@@ -89,13 +89,16 @@ def _in_flight(op: Operation, at: float) -> bool:
 
 def call_text(op: Operation) -> str:
     """The call alone: ``release(1)``, ``acquire(0.05)`` (the canary written is left out); one
-    block's part of a ``release_many``: ``release(1) of a release_many``."""
+    block's part of a ``release_many``: ``release(1) of a release_many``; a release through a
+    handle whose tenancy ended: ``release(1), a double release`` (it read ``release(1, True)``)."""
     args = ", ".join(
         f"{v:g}" if isinstance(v, float) else str(v)
         for k, v in op.args.items()
-        if k not in ("canary", "many")
+        if k not in ("canary", "many", "double")
     )
-    return f"{op.name}({args})" + (" of a release_many" if op.args.get("many") else "")
+    many = " of a release_many" if op.args.get("many") else ""
+    double = ", a double release" if op.args.get("double") else ""
+    return f"{op.name}({args}){many}{double}"
 
 
 def cell_text(op: Operation) -> str:
