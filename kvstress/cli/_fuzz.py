@@ -16,13 +16,13 @@ import math
 import signal
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 from kvstress.cli._logging import configure
 from kvstress.cli._parser import Parser, UsageError
-from kvstress.fuzz import Progress, TargetError, load_target, parse_mix
+from kvstress.fuzz import Progress, TargetError, parse_mix
 from kvstress.fuzz._isolate import Job, Supervised, default_memory_limit, parse_size, supervise
+from kvstress.fuzz._target import check_target_args
 
 INTERNAL_STATUS = 3
 """kvstress failed in its own code: no verdict on the pool either way."""
@@ -77,28 +77,34 @@ def run(args: argparse.Namespace) -> int:
     mix = parse_mix(args.strategy)
     shape = _shape(args.block_shape)
     limit = default_memory_limit() if args.memory_limit == "auto" else _size(args.memory_limit)
+    backend = args.backend or "asyncio"
     try:
-        backend = args.backend or "asyncio"
-        target = load_target(args.pool, num_blocks=args.blocks, block_shape=shape, backend=backend)
+        blocks, shape = check_target_args(args.pool, args.blocks, shape, backend)
     except TargetError as error:
-        # The API names its parameters; on the command line the user wrote the flags.
-        said = str(error)
-        for name, flag in (("num_blocks", "--blocks"), ("block_shape", "--block-shape")):
-            said = f"{flag}{said.removeprefix(name)}" if said.startswith(f"{name} ") else said
-        raise UsageError(said) from None
-    if args.backend == "trio" and not target.is_async:
+        raise UsageError(_as_flags(str(error))) from None
+    configure(args.report_dir)
+    # The pool is loaded (imported, one built to check the protocol) in the fuzzing processes
+    # only: what its code does to its process ends a child, a crash report, never this one.
+    job = Job(
+        args.pool,
+        blocks,
+        shape,
+        backend,
+        args.budget,
+        args.seed,
+        tuple(mix),
+        str(args.report_dir),
+        memory_limit=limit,
         # asyncio, the default, is no choice to refuse: a script passing it to every pool of a
         # mixed set lost every threaded run to exit 2 (a blind user's batch).
-        raise UsageError(f"--backend trio applies to async pools; {args.pool} is a threaded pool")
-    configure(args.report_dir)
-    job = replace(
-        Job.of(target, budget_s=args.budget, seed=args.seed, mix=mix, report_dir=args.report_dir),
-        memory_limit=limit,
+        refuse_trio_threads=args.backend == "trio",
     )
     streams = [shard + shards * w for w in range(args.workers)]
     before = _reports_in(args.report_dir)
     with _terminated_as_interrupted() as terminated:
         result = _supervised(job, streams)
+    if result.refused is not None:
+        raise UsageError(_as_flags(result.refused))
     status = _say(result, args)
     if result.outcome.report is not None:
         # Workers stopped after the first finding may each have written one of their own.
@@ -106,6 +112,13 @@ def run(args: argparse.Namespace) -> int:
         for other in others:
             print(f"also found by another worker: {other}")
     return 128 + signal.SIGTERM if terminated and status == 130 else status
+
+
+def _as_flags(said: str) -> str:
+    """The API names its parameters; on the command line the user wrote the flags."""
+    for name, flag in (("num_blocks", "--blocks"), ("block_shape", "--block-shape")):
+        said = f"{flag}{said.removeprefix(name)}" if said.startswith(f"{name} ") else said
+    return said
 
 
 def _reports_in(folder: str) -> set[Path]:

@@ -32,9 +32,9 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kvstress import _flight
 from kvstress._blame import InternalError, describe, raised_in_kvstress
@@ -99,8 +99,9 @@ class Job:
     seed: int
     mix: tuple[str, ...]
     report_dir: str
-    mode: str = "threads"
+    mode: str = "unknown"  # threads or async, once a child has loaded the pool
     memory_limit: int | None = None
+    refuse_trio_threads: bool = False  # a threaded pool on an explicit trio backend is refused
 
     @classmethod
     def of(
@@ -163,6 +164,8 @@ class Supervised:
     per_worker: list[int] = field(default_factory=list)
     death: Death | None = None
     internal: Path | None = None  # kvstress's own failure: its traceback, in a text file
+    refused: str | None = None  # the pool could not be loaded (TargetError's one line): bad input
+    mode: str = "unknown"  # threads or async, as the first child to load the pool found
 
 
 def supervise(
@@ -190,17 +193,18 @@ def supervise(
     start = time.monotonic()
     results: dict[int, tuple[str | None, int, int, bool]] = {}
     progress: dict[int, Progress] = {}
+    loaded: dict[str, str] = {}  # "mode" once a child loaded the pool, "refused" if it could not
     death: Death | None = None
     interrupted = False
     _start_clear_of_cwd(children)
     try:
-        while len(results) < len(children) and death is None:
-            _drain(events, results, progress, on_progress, len(children), wait=0.1)
+        while len(results) < len(children) and death is None and "refused" not in loaded:
+            _drain(events, results, progress, on_progress, len(children), wait=0.1, loaded=loaded)
             for worker, child in enumerate(children):
                 if worker in results or child.is_alive():
                     continue
-                _drain(events, results, progress, on_progress, len(children), wait=0.5)
-                if worker not in results:
+                _drain(events, results, progress, on_progress, len(children), wait=0.5, loaded=loaded)
+                if worker not in results and "refused" not in loaded:
                     death = _death(job, worker, streams, child.exitcode, records, progress, logs, start)
                     break
             else:
@@ -224,10 +228,11 @@ def supervise(
                 child.kill()
                 child.join(5)
         with contextlib.suppress(Exception):
-            _drain(events, results, progress, None, len(children), wait=0.0)
+            _drain(events, results, progress, None, len(children), wait=0.0, loaded=loaded)
         for worker, log in enumerate(logs):
-            # Not after a Ctrl-C: a child it caught while starting up leaves only a traceback.
-            if not interrupted and (death is None or worker != death.worker):
+            # Not after a Ctrl-C: a child it caught while starting up leaves only a traceback;
+            # nor after a refusal, which the caller says in one line.
+            if not interrupted and "refused" not in loaded and (death is None or worker != death.worker):
                 _echo(Path(log))
             with contextlib.suppress(OSError):
                 os.unlink(log)
@@ -242,11 +247,12 @@ def supervise(
     report = next((Path(r[0]) for r in results.values() if r[0] is not None), None)
     interrupted = interrupted or any(r[3] for r in results.values())
     internal = None
+    mode = loaded.get("mode", job.mode)
     if death is not None and write and report is None:
         if death.internal:
             internal = write_internal_log(job, death)
         else:
-            report = write_crash_report(job, death)
+            report = write_crash_report(replace(job, mode=mode), death)
     return Supervised(
         FuzzOutcome(
             executions, operations, elapsed, None, report, interrupted and death is None and report is None
@@ -254,6 +260,8 @@ def supervise(
         per_worker,
         death,
         internal,
+        loaded.get("refused"),
+        mode,
     )
 
 
@@ -273,6 +281,7 @@ def _drain(
     on_progress: Callable[[Progress], None] | None,
     workers: int,
     wait: float,
+    loaded: dict[str, str] | None = None,
 ) -> None:
     first = True
     while True:
@@ -297,6 +306,10 @@ def _drain(
                 )
         elif kind == "done":
             results[worker] = (rest[0], rest[1], rest[2], rest[3])
+        elif kind == "loaded" and loaded is not None:
+            loaded.setdefault("mode", rest[0])
+        elif kind == "refused" and loaded is not None:
+            loaded.setdefault("refused", rest[0])
 
 
 def _death(
@@ -381,6 +394,9 @@ def write_crash_report(job: Job, death: Death) -> Path:
         f"{death.slice_seed})"
         if death.strategy
         else "before the first slice began"
+        if job.mode != "unknown"
+        else "while kvstress loaded the pool (importing its module, or building the one pool that "
+        "checks the protocol)"
     )
     if death.exitcode is None:
         # kvstress stopped it: the pool did not end it. Its stacks, dumped first, are in stderr.
@@ -486,11 +502,23 @@ def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: A
         with contextlib.suppress(Exception):  # no events file is no reason to stop fuzzing
             configure(job.report_dir, console=False)
     from kvstress.fuzz._run import fuzz
-    from kvstress.fuzz._target import load_target
+    from kvstress.fuzz._target import TargetError, load_target
 
-    target = load_target(
-        job.spec, num_blocks=job.num_blocks, block_shape=job.block_shape, backend=job.backend
-    )
+    # The pool's code runs here only, never in the supervisor: its module's import and the one
+    # pool built to check the protocol may end the process too (a constructor that segfaults,
+    # calls os._exit, or registers an exit hook), and that is a crash report like any other.
+    try:
+        target = load_target(
+            job.spec, num_blocks=job.num_blocks, block_shape=job.block_shape, backend=job.backend
+        )
+    except TargetError as error:
+        _hand_in(events, ("refused", worker, str(error)))
+    if job.refuse_trio_threads and not target.is_async:
+        _hand_in(
+            events,
+            ("refused", worker, f"--backend trio applies to async pools; {job.spec} is a threaded pool"),
+        )
+    events.put(("loaded", worker, target.mode))
 
     def progress(p: Progress) -> None:
         events.put(("progress", worker, p.elapsed_s, p.budget_s, p.executions, p.operations, p.strategy))
@@ -524,7 +552,15 @@ def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: A
     _exit_now()
 
 
-def _exit_now() -> None:
+def _hand_in(events: Any, event: tuple[Any, ...]) -> NoReturn:
+    """Hand in ``event`` and end the child at once (the pool loaded, or refused, nothing more)."""
+    events.put(event)
+    events.close()
+    events.join_thread()
+    _exit_now()
+
+
+def _exit_now() -> NoReturn:
     """End a child whose result is delivered as a forked child ends (``os._exit``), its logs
     flushed, rather than through the interpreter's shutdown, which runs the pool's exit hooks
     beside its daemon threads: a pool whose ``weakref.finalize`` wakes its own reset thread at

@@ -71,11 +71,12 @@ def machine_for(target: FuzzTarget, hang_bound: float, batches: bool) -> type[An
     )
 
 
-def load_target(
-    spec: str, *, num_blocks: int = 2, block_shape: Sequence[int] = (2, 4), backend: str = "asyncio"
-) -> FuzzTarget:
-    """Import ``spec`` (``MODULE:ATTR``, from the current directory or PYTHONPATH), build one pool
-    to check it keeps the protocol, and tell threads from async."""
+def check_target_args(
+    spec: str, num_blocks: int, block_shape: Sequence[int], backend: str
+) -> tuple[int, tuple[int, ...]]:
+    """``load_target``'s checks that run none of the pool's code: the spec's form, the backend,
+    the block count and shape (as ``(num_blocks, block_shape)``). TargetError names what is
+    wrong."""
     if not isinstance(spec, str) or not _SPEC.match(spec):
         raise TargetError(
             f"the pool must be named MODULE:ATTR (for example kvstress:ThreadedBlockPool), got {spec!r}"
@@ -83,9 +84,17 @@ def load_target(
     if backend not in BACKENDS:
         raise TargetError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     try:
-        blocks, shape = check_num_blocks(num_blocks), check_block_shape(block_shape)
+        return check_num_blocks(num_blocks), check_block_shape(block_shape)
     except ValueError as error:
         raise TargetError(str(error)) from None
+
+
+def load_target(
+    spec: str, *, num_blocks: int = 2, block_shape: Sequence[int] = (2, 4), backend: str = "asyncio"
+) -> FuzzTarget:
+    """Import ``spec`` (``MODULE:ATTR``, from the current directory or PYTHONPATH), build one pool
+    to check it keeps the protocol, and tell threads from async."""
+    blocks, shape = check_target_args(spec, num_blocks, block_shape, backend)
     factory = _import(spec)
     pool = _build(spec, factory, blocks, shape, backend)
     missing = [name for name in PROTOCOL if not hasattr(pool, name)]

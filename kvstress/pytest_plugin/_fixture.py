@@ -9,7 +9,6 @@ report directory) comes from the plugin's options.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,19 +102,34 @@ class PoolChecker:
         """
         __tracebackhide__ = True  # the failure belongs to the test that called check
         from kvstress._blame import InternalError
-        from kvstress.fuzz import fuzz, load_target, parse_mix
+        from kvstress.fuzz import TargetError, fuzz, load_target, parse_mix
         from kvstress.fuzz._isolate import Job, default_memory_limit, supervise
+        from kvstress.fuzz._target import check_target_args
 
         spec = factory_spec(factory)
         budget_s = self.budget_s if budget is None else check_budget(budget, "kvstress.check: budget")
         run_seed = self.seed if seed is None else check_seed(seed, "kvstress.check: seed")
         mix = parse_mix(strategy)
-        target = load_target(spec, num_blocks=num_blocks, block_shape=block_shape, backend=backend)
         if not isinstance(isolate, bool):
             raise ValueError(f"kvstress.check: isolate must be True or False, got {isolate!r}")
         if isolate:
-            job = Job.of(target, budget_s=budget_s, seed=run_seed, mix=mix, report_dir=self.report_dir)
-            result = supervise(replace(job, memory_limit=default_memory_limit()), [0])
+            # The pool is loaded in the child only: a constructor that kills its process fails
+            # this test with a crash report, not the pytest worker.
+            blocks, shape = check_target_args(spec, num_blocks, block_shape, backend)
+            job = Job(
+                spec,
+                blocks,
+                shape,
+                backend,
+                budget_s,
+                run_seed,
+                tuple(mix),
+                str(self.report_dir),
+                memory_limit=default_memory_limit(),
+            )
+            result = supervise(job, [0])
+            if result.refused is not None:
+                raise TargetError(result.refused)
             if result.outcome.interrupted:
                 raise KeyboardInterrupt  # pytest must stop too
             if result.death is not None and result.death.internal:
@@ -126,6 +140,7 @@ class PoolChecker:
             if result.outcome.report is not None:
                 raise self._reported(result.outcome.report, run_seed)
             return result.outcome
+        target = load_target(spec, num_blocks=num_blocks, block_shape=block_shape, backend=backend)
         outcome = fuzz(
             target,
             budget_s=budget_s,

@@ -39,7 +39,9 @@ REQUIRED: dict[str, type | tuple[type, ...]] = {
     "versions": dict,
     "replay": str,
 }
-MODES = ("threads", "async")
+MODES = ("threads", "async", "unknown")
+"""``unknown``: a crash while kvstress loaded the pool (its module, or the one pool built to check
+the protocol), before it could tell threads from async."""
 
 
 class ReportError(ValueError):

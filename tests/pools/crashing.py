@@ -80,3 +80,21 @@ class HoldsTheGilPool(_Dies):
 
     def die(self) -> None:
         sum(itertools.repeat(1))
+
+
+class SegfaultsWhenBuiltPool(CondvarPool):
+    """A constructor that segfaults (a C extension, or a device, failing to initialise)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        ctypes.string_at(0)
+
+
+class ExitHookPool(CondvarPool):
+    """Correct, but its constructor registers an exit hook that ends the process with status 5
+    (a library's ``atexit`` cleanup that calls ``os._exit``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        import atexit
+
+        atexit.register(os._exit, 5)
