@@ -44,6 +44,21 @@ def test_a_pool_that_kills_its_process_as_it_is_built_is_a_crash_report(tmp_path
     assert "killed by SIGSEGV while kvstress loaded the pool" in str(report["message"])
 
 
+@pytest.mark.parametrize(
+    ("pool", "death"), [("SignalsItselfPool", "exit 143"), ("InterruptsItselfPool", "exit 130")]
+)
+def test_a_pool_that_signals_its_own_process_is_a_crash_not_a_stop(
+    pool: str, death: str, tmp_path: Path
+) -> None:
+    """A SIGTERM the pool sends itself stopped the run as the supervisor's own would ("no
+    violation found", exit 0), and a SIGINT read as a Ctrl-C (exit 130): neither reached the
+    supervisor, so both are the pool's (a blind tester's)."""
+    status, report = _fuzz(tmp_path, pool, "--budget", "10")
+    assert status == 1 and report["invariant"] == "crash"
+    assert report["config"]["death"] == death  # type: ignore[index]
+    assert "the pool signalled its own process" in str(report["message"])
+
+
 def test_an_exit_hook_a_pool_registers_does_not_change_the_run_s_status(tmp_path: Path) -> None:
     """A constructor's ``atexit`` hook ran in ``kvstress fuzz``'s own process at its exit: a
     clean run exited 5."""

@@ -39,7 +39,7 @@ from typing import Any, NoReturn
 from kvstress import _flight
 from kvstress._blame import InternalError, describe, raised_in_kvstress
 from kvstress.controlled._patch import resolve_modules, source_files
-from kvstress.fuzz._run import FuzzOutcome, Progress
+from kvstress.fuzz._run import FuzzOutcome, Progress, signal_from_the_pool
 from kvstress.fuzz._target import FuzzTarget, cwd_entries
 
 OVERSTAY_S = 60.0
@@ -179,12 +179,15 @@ def supervise(
     report for a death (``replay`` compares deaths without one)."""
     context = multiprocessing.get_context("spawn")
     stop, events = context.Event(), context.Queue()
+    # A supervisor that ignores SIGINT (started in the background by a shell script) has its
+    # children ignore it too: a Ctrl-C to the process group is no one's to act on then.
+    sigint_ignored = _ignores_sigint()
     records = [context.Array("q", _flight.FIELDS, lock=False) for _ in streams]
     logs = [_log_file() for _ in streams]
     children = [
         context.Process(
             target=_child,
-            args=(job, stream, worker, records[worker], events, stop, logs[worker]),
+            args=(job, stream, worker, records[worker], events, stop, logs[worker], sigint_ignored),
             name=f"kvstress-fuzz-{worker}",
             daemon=True,
         )
@@ -477,7 +480,16 @@ def _end_with(parent: int) -> None:
     threading.Thread(target=watch, name="kvstress-parent-watch", daemon=True).start()
 
 
-def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: Any, log: str) -> None:
+def _ignores_sigint() -> bool:
+    try:
+        return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    except ValueError:  # pragma: no cover - no SIGINT on this platform
+        return False
+
+
+def _child(
+    job: Job, stream: int, worker: int, record: Any, events: Any, stop: Any, log: str, sigint_ignored: bool
+) -> None:
     """A child's whole life: stderr to its log, faulthandler on, the memory bound, then fuzz."""
     import faulthandler
 
@@ -488,14 +500,17 @@ def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: A
     if hasattr(signal, "SIGUSR1"):  # the parent asks for every thread's stack before a kill
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     _end_with(os.getppid())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # The supervisor sets ``stop`` before it sends SIGTERM; one that comes first is the pool's,
+    # or a signal to the whole process group that the supervisor is about to act on.
+    signal.signal(signal.SIGTERM, lambda *_: None if stop.is_set() else signal_from_the_pool(stop, "SIGTERM"))
     if job.memory_limit is not None:
         import resource
 
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_DATA, (job.memory_limit, job.memory_limit))
     _flight.attach(record)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # started ignored: see _start_clear_of_cwd
+    if not sigint_ignored:  # started ignored: see _start_clear_of_cwd
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if job.report_dir:  # the run's events, beside its reports, as the parent's own go there
         from kvstress.cli._logging import configure
 
@@ -534,6 +549,7 @@ def _child(job: Job, stream: int, worker: int, record: Any, events: Any, stop: A
             stream=stream,
             stop=stop,
             on_progress=progress,
+            supervised=True,
         )
     except Exception as error:
         files = source_files(resolve_modules(target.pool_modules or (target.factory,)))

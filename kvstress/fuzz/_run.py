@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import signal
 import sys
 import threading
@@ -100,6 +101,7 @@ def fuzz(
     stop: threading.Event | Any = None,
     on_progress: Callable[[Progress], None] | None = None,
     raise_interrupt: bool = False,
+    supervised: bool = False,
 ) -> FuzzOutcome:
     """Fuzz ``target`` for ``budget_s`` wall seconds or until a violation, which is written as a
     report in ``report_dir``. ``stop`` (an Event) ends the run early; so does Ctrl-C, and
@@ -108,12 +110,16 @@ def fuzz(
     On Ctrl-C the run stops cleanly (its threads unwound) and returns an ``interrupted``
     outcome, as a command that reports and exits wants; with ``raise_interrupt`` it raises
     KeyboardInterrupt instead, as a caller that must stop too wants (a test, a score).
+
+    ``supervised``: this is a supervisor's child, and ``stop`` the supervisor's: a SIGINT counts
+    as Ctrl-C only once the supervisor has it too (``stop`` set); one it never gets came from
+    the pool (``signal_from_the_pool``).
     """
     if not budget_s > 0:
         raise ValueError(f"budget must be a number of seconds > 0, got {budget_s!r}")
     start = time.monotonic()
     log.info("fuzz.start", pool=target.spec, mode=target.mode, budget_s=budget_s, seed=seed, stream=stream)
-    with _ctrl_c_flag() as ctrl_c:
+    with _ctrl_c_flag(stop if supervised else None) as ctrl_c:
         outcome = _loop(target, budget_s, seed, mix, report_dir, stream, stop, on_progress, ctrl_c, start)
     if outcome.interrupted and raise_interrupt:
         raise KeyboardInterrupt
@@ -241,7 +247,7 @@ def _slice_s(mix: Sequence[str], index: int) -> float:
 
 
 @contextlib.contextmanager
-def _ctrl_c_flag() -> Iterator[threading.Event]:
+def _ctrl_c_flag(supervisor: Any = None) -> Iterator[threading.Event]:
     """An Event set by Ctrl-C for the duration, besides the usual KeyboardInterrupt.
 
     Python raises KeyboardInterrupt in whatever the main thread runs next, and when that is a gc
@@ -257,6 +263,9 @@ def _ctrl_c_flag() -> Iterator[threading.Event]:
         return
 
     def on_sigint(signum: int, frame: object) -> None:
+        if supervisor is not None and not supervisor.is_set():
+            signal_from_the_pool(supervisor, "SIGINT")  # or the supervisor's, a moment behind
+            return
         flag.set()
         raise KeyboardInterrupt
 
@@ -274,6 +283,33 @@ def _ctrl_c_flag() -> Iterator[threading.Event]:
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.unraisablehook = previous
+
+
+SIGNAL_GRACE_S = 2.0
+"""Seconds a supervised child waits for its supervisor to stop the run after a SIGINT or SIGTERM
+reached it before it takes the signal for the pool's own."""
+
+
+def signal_from_the_pool(supervisor: Any, name: str) -> None:
+    """A SIGINT or SIGTERM reached a supervised child before its supervisor stopped the run
+    (``supervisor``, its stop Event). A Ctrl-C at a terminal or a CI job's kill reaches the whole
+    process group, and the supervisor stops the run within moments: then nothing more is done
+    here. One the supervisor never gets is the pool's (``os.kill(os.getpid(), ...)``): the
+    child ends as a process killed by it ends, a ``crash`` report the supervisor writes. (It was
+    a clean run: exit 130, "interrupted", or 0, "no violation found", a blind tester's.)"""
+
+    def judge() -> None:
+        if supervisor.wait(SIGNAL_GRACE_S):
+            return
+        print(
+            f"kvstress: {name} reached the fuzzing process, not from kvstress nor from outside it "
+            "(the supervisor did not get it): the pool signalled its own process",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(128 + int(getattr(signal, name)))
+
+    threading.Thread(target=judge, name="kvstress-signal-judge", daemon=True).start()
 
 
 def build_report(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
+import signal
 import sys
 from typing import Any, ClassVar
 
@@ -98,3 +99,17 @@ class ExitHookPool(CondvarPool):
         import atexit
 
         atexit.register(os._exit, 5)
+
+
+class SignalsItselfPool(_Dies):
+    """Sends its own process SIGTERM, as a library's watchdog that 'restarts' the server does."""
+
+    def die(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class InterruptsItselfPool(_Dies):
+    """Sends its own process SIGINT (a Ctrl-C that no user pressed)."""
+
+    def die(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
