@@ -104,6 +104,15 @@ def test_a_base_exception_from_the_pool_is_a_finding_not_the_end(pool: str, tmp_
     assert replay_report(report).reproduced
 
 
+@pytest.mark.parametrize("strategy", ["delay", "machine"])
+def test_a_pool_s_own_keyboard_interrupt_replays_as_its_crash(strategy: str, tmp_path: Path) -> None:
+    """The replay runs in the caller's process: unwatched, the pool's KeyboardInterrupt read as
+    a Ctrl-C there (kvstress replay: "interrupted", exit 130, a blind tester's)."""
+    status, report = _fuzz(tmp_path, "InterruptPool", "--strategy", strategy)
+    assert status == 1 and report["invariant"] == "crash"
+    assert replay_report(report, tries=2).reproduced
+
+
 def test_with_workers_a_segfault_is_still_a_finding(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvstress.fuzz._contract import run_contract
+from kvstress.fuzz._run import ctrl_c_flag
 from kvstress.fuzz._slices import run_machine, scenario_config
 from kvstress.fuzz._target import FuzzTarget, load_target
 from kvstress.reports import load_report
@@ -67,7 +68,12 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
         backend=report.get("backend") or "asyncio",
     )
     invariant = report["invariant"]
-    outcome = _replay_in_place(kind, target, report, config, invariant, tries)
+    # Watched as the fuzz watches it: a KeyboardInterrupt the pool raises is its crash, as it
+    # was when found; only a real Ctrl-C interrupts the replay (it read as one: exit 130).
+    with ctrl_c_flag() as ctrl_c:
+        outcome = _replay_in_place(kind, target, report, config, invariant, tries)
+    if ctrl_c.is_set():
+        raise KeyboardInterrupt
     if not outcome.reproduced and invariant == "crash" and "stream" in config:
         # A pool may crash on what its process did before (its 200th release): run the stream
         # again from its start.

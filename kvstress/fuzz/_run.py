@@ -119,7 +119,7 @@ def fuzz(
         raise ValueError(f"budget must be a number of seconds > 0, got {budget_s!r}")
     start = time.monotonic()
     log.info("fuzz.start", pool=target.spec, mode=target.mode, budget_s=budget_s, seed=seed, stream=stream)
-    with _ctrl_c_flag(stop if supervised else None) as ctrl_c:
+    with ctrl_c_flag(stop if supervised else None) as ctrl_c:
         outcome = _loop(target, budget_s, seed, mix, report_dir, stream, stop, on_progress, ctrl_c, start)
     if outcome.interrupted and raise_interrupt:
         raise KeyboardInterrupt
@@ -247,7 +247,7 @@ def _slice_s(mix: Sequence[str], index: int) -> float:
 
 
 @contextlib.contextmanager
-def _ctrl_c_flag(supervisor: Any = None) -> Iterator[threading.Event]:
+def ctrl_c_flag(supervisor: Any = None) -> Iterator[threading.Event]:
     """An Event set by Ctrl-C for the duration, besides the usual KeyboardInterrupt.
 
     Python raises KeyboardInterrupt in whatever the main thread runs next, and when that is a gc
