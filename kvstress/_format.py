@@ -35,3 +35,21 @@ def human_seconds(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.3g} ms"
     return f"{seconds:.3g} s"
+
+
+ERROR_TEXT_MAX = 500
+"""Characters of a pool's exception kept in a message: one of a megabyte filled the terminal,
+the report and every replay (a blind tester's)."""
+
+
+def error_text(error: BaseException) -> str:
+    """``RuntimeError: boom`` (``RuntimeError`` when its text is empty) for an exception a pool
+    raised: its ``str()`` may itself raise (then it says so) or run to megabytes (cut)."""
+    try:
+        said = str(error)
+    except Exception as broken:
+        said = f"<its str() raised {type(broken).__name__}>"
+    if len(said) > ERROR_TEXT_MAX:
+        said = f"{said[:ERROR_TEXT_MAX]}... ({len(said):,} characters)"
+    name = type(error).__name__
+    return f"{name}: {said}" if said else name

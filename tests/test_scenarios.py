@@ -580,3 +580,23 @@ def test_a_deadlock_names_the_acquires_in_flight_with_a_timeout_nothing_would_en
     message = result.failure.violation.message
     assert "In flight with a timeout, and nothing pending that would end it then: b" in message
     assert "(a wait that does not keep its timeout" in message
+
+
+@pytest.mark.parametrize(
+    ("pool", "said"),
+    [
+        ("UnprintableErrorPool", "_Unprintable: <its str() raised ValueError>"),
+        ("HugeErrorPool", "(1,048,576 characters)"),
+    ],
+)
+def test_an_exception_awkward_to_print_is_a_crash_said_in_a_line(pool: str, said: str) -> None:
+    """One whose str() raises killed the fuzzing process in kvstress's own message code (a
+    report then blamed the pool for ending it); one of a megabyte filled the terminal."""
+    from pools import odd_errors
+
+    result = search(
+        config_for(getattr(odd_errors, pool)), RandomScheduler(seed=0), max_executions=5, shrink=False
+    )
+    assert result.failure is not None and result.failure.violation.invariant == "crash"
+    message = result.failure.violation.message
+    assert said in message and len(message) < 2000, message[:300]

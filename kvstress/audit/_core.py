@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from kvstress._format import error_text
 from kvstress._violation import InvariantViolation, Operation
 from kvstress.audit._block import AuditedBlock
 from kvstress.audit._ledger import AuditLedger, Lease, Op
@@ -194,7 +195,7 @@ class AuditCore:
         """A pool call raised (or was cancelled): record it; the error goes on to the caller."""
         outcome = "raised" if isinstance(error, Exception) else "info"
         with self._ledger.lock:
-            self._ledger.end(op, outcome, f"{type(error).__name__}: {error}")
+            self._ledger.end(op, outcome, error_text(error))
 
     # -- release --------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kvstress import checkers
+from kvstress._format import error_text
 from kvstress._violation import InvariantViolation
 from kvstress.audit._report import state_of, still_holding
 from kvstress.pool._state import HELD_STATES, BlockState
@@ -82,7 +83,7 @@ class QuietCheck:
             count, ids, states, refcounts = self._read(handles, held)
         except Exception as error:
             raise audit.violation(
-                "crash", f"reading the pool at a quiet point raised {type(error).__name__}: {error}"
+                "crash", f"reading the pool at a quiet point raised {error_text(error)}"
             ) from error
         with ledger.lock:
             if ledger.begun != begun:

@@ -18,6 +18,7 @@ import torch
 
 from kvstress import checkers
 from kvstress._checks import check_block_shape, check_dtype, check_num_blocks
+from kvstress._format import error_text
 from kvstress._violation import BlockRecord, InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled._patch import own_loop_primitives, resolve_modules
@@ -329,7 +330,7 @@ class PoolDriver(Scenarios):
         except Exception as exc:
             raise PoolSetupError(
                 f"{name}({self.num_blocks}, {self.block_shape}, dtype=..., device=...) raised "
-                f"{type(exc).__name__}: {exc}"
+                f"{error_text(exc)}"
             ) from exc
         missing = [m for m in PROTOCOL if not hasattr(pool, m)]
         if missing:

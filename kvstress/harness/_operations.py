@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from kvstress import checkers
+from kvstress._format import error_text
 from kvstress._interrupts import passes_through
 from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
@@ -414,9 +415,7 @@ class Operations:
             if inspect.isawaitable(done):
                 await done
         except Exception as error:
-            raise InvariantViolation(
-                "crash", f"the pool's close() raised {type(error).__name__}: {error}"
-            ) from error
+            raise InvariantViolation("crash", f"the pool's close() raised {error_text(error)}") from error
 
     async def op_settle(self) -> None:
         """Let a pool that finishes releases after they return (``deferring``) come to rest,
@@ -487,7 +486,7 @@ class Operations:
             if inspect.isawaitable(returned):
                 returned = await returned
         except Exception as exc:
-            self.history.end(index, self._stamp(), "raised", f"{type(exc).__name__}: {exc}")
+            self.history.end(index, self._stamp(), "raised", error_text(exc))
             return True, None
         self.history.end(index, self._stamp(), "ok", returned)
         return False, returned
@@ -549,8 +548,7 @@ class Operations:
                 result = await result
         except Exception as exc:
             call = f"{what}({', '.join(map(_shown, args))})"
-            raised = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            raise self._raised(index, exc, f"{call} raised {raised}") from exc
+            raise self._raised(index, exc, f"{call} raised {error_text(exc)}") from exc
         except BaseException as exc:
             # A GeneratorExit while awaiting is the harness closing this coroutine.
             if passes_through(exc) or (awaiting and isinstance(exc, GeneratorExit)):
@@ -558,7 +556,7 @@ class Operations:
                 self.history.end(index, self._stamp(), "info", "cancelled")
                 raise
             call = f"{what}({', '.join(map(_shown, args))})"
-            ended = f"{call} raised {type(exc).__name__}({exc}): a pool must not end the process"
+            ended = f"{call} raised {error_text(exc)}: a pool must not end the process"
             raise self._raised(index, exc, ended) from exc
         return (result, suspensions) if count else result
 
@@ -568,7 +566,7 @@ class Operations:
             index,
             self._stamp(),
             "raised",
-            f"{type(exc).__name__}: {exc}",
+            error_text(exc),
             {"traceback": traceback.format_exc(limit=8)},
         )
         return InvariantViolation("crash", message)
@@ -577,9 +575,7 @@ class Operations:
         try:
             return getattr(block, attribute)
         except Exception as exc:
-            raise InvariantViolation(
-                "crash", f"reading block.{attribute} raised {type(exc).__name__}: {exc}"
-            ) from exc
+            raise InvariantViolation("crash", f"reading block.{attribute} raised {error_text(exc)}") from exc
 
     def _state(self, block: Any) -> BlockState:
         raw = block.state

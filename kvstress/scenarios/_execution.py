@@ -26,6 +26,7 @@ import torch
 from kvstress import _flight, checkers
 from kvstress._blame import internal_error, raised_in_kvstress
 from kvstress._checks import check_block_shape, check_num_blocks
+from kvstress._format import error_text
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled import (
@@ -336,7 +337,7 @@ def note_loop_error(record: ExecutionRecord, context: dict[str, Any]) -> None:
         or (record.ops is not None and record.ops.failed_op is not None)
     ):
         return
-    record.loop_errors.append(f"{type(error).__name__}: {error}".rstrip(": "))
+    record.loop_errors.append(error_text(error))
 
 
 def time_bound(config: ScenarioConfig) -> float:
@@ -381,9 +382,7 @@ def build_pool(config: ScenarioConfig) -> Any:
                 "of its own running; stop it in the pool's close(), which the harness calls once "
                 "it is done with a pool)"
             )
-        raise InvariantViolation(
-            "crash", f"the pool factory raised {type(error).__name__}: {error}{hint}"
-        ) from error
+        raise InvariantViolation("crash", f"the pool factory raised {error_text(error)}{hint}") from error
 
 
 def as_violation(error: BaseException, record: ExecutionRecord, config: ScenarioConfig) -> InvariantViolation:
@@ -432,7 +431,7 @@ def crash_of(error: BaseException, config: ScenarioConfig, what: str) -> Invaria
     files = config.pool_files()
     if raised_in_kvstress(error, files):
         raise internal_error(error) from error
-    return InvariantViolation("crash", f"{what} raised {type(error).__name__}: {error}")
+    return InvariantViolation("crash", f"{what} raised {error_text(error)}")
 
 
 def _deferred(op: Operation) -> Operation:
