@@ -101,7 +101,7 @@ def failure_note(
     else:
         head = (
             f"kvstress: schedule {outcome.runs} of at most {limit} {what} (strategy {strategy!r}, "
-            f"seed {seed}; the same seed repeats the search)"
+            f"seed {seed}; seed={seed} in the marker or the call repeats the search)"
         )
     return f"{head}\n  schedule: {schedule}\n  replay:   {replay_hint.format(schedule)}"
 
