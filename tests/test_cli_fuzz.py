@@ -173,7 +173,11 @@ def test_a_coroutine_where_the_protocol_makes_a_plain_call_is_a_usage_error(tmp_
     )
     for spec, says in (
         ("flavours:AsyncRetain", "built an async pool (acquire is a coroutine) whose retain must be plain"),
-        ("flavours:ThreadedAsyncRelease", "built a threaded pool whose release must be plain"),
+        (
+            "flavours:ThreadedAsyncRelease",
+            "built a threaded pool (acquire is a plain def: make it async def for an async pool) "
+            "whose release must be plain",
+        ),
     ):
         done = kvstress("fuzz", "--pool", spec, "--budget", "1", cwd=tmp_path)
         assert done.returncode == 2, done.stdout + done.stderr

@@ -121,7 +121,11 @@ def _check_plain_calls(spec: str, pool: Any, is_async: bool) -> None:
     plain = PLAIN_CALLS if is_async else (*PLAIN_CALLS, "release")
     wrong = [name for name in plain if inspect.iscoroutinefunction(getattr(pool, name))]
     if wrong:
-        flavour = "an async pool (acquire is a coroutine)" if is_async else "a threaded pool"
+        flavour = (
+            "an async pool (acquire is a coroutine)"
+            if is_async
+            else "a threaded pool (acquire is a plain def: make it async def for an async pool)"
+        )
         raise TargetError(
             f"{spec} built {flavour} whose {', '.join(wrong)} must be plain calls, not async def: "
             "the harness calls them without await (see docs/protocol.md)"
