@@ -13,9 +13,10 @@ import asyncio
 from typing import Any
 
 from kvstress import ThreadedBlockPool
+from pools._front import InnerFront
 
 
-class ExecutorFrontPool:
+class ExecutorFrontPool(InnerFront):
     """``ThreadedBlockPool`` behind ``run_in_executor`` and ``wait_for``."""
 
     backoff_bound = 0.0
@@ -48,18 +49,6 @@ class ExecutorFrontPool:
 
     async def release(self, block: Any) -> bool:
         return self._inner.release(block)
-
-    def mark_in_use(self, block: Any) -> None:
-        self._inner.mark_in_use(block)
-
-    def retain(self, block: Any) -> None:
-        self._inner.retain(block)
-
-    def free_count(self) -> int:
-        return self._inner.free_count()
-
-    def free_ids(self) -> list[int]:
-        return self._inner.free_ids()
 
 
 class ExecutorFrontLeakPool(ExecutorFrontPool):

@@ -13,9 +13,10 @@ import asyncio
 from typing import Any
 
 from kvstress import AsyncBlockPool
+from pools._front import InnerFront
 
 
-class TaskPerRequestPool:
+class TaskPerRequestPool(InnerFront):
     """``AsyncBlockPool`` behind one serving task per acquire."""
 
     backoff_bound = 0.0
@@ -50,18 +51,6 @@ class TaskPerRequestPool:
 
     async def release(self, block: Any) -> bool:
         return await self._inner.release(block)
-
-    def mark_in_use(self, block: Any) -> None:
-        self._inner.mark_in_use(block)
-
-    def retain(self, block: Any) -> None:
-        self._inner.retain(block)
-
-    def free_count(self) -> int:
-        return self._inner.free_count()
-
-    def free_ids(self) -> list[int]:
-        return self._inner.free_ids()
 
 
 class TaskPerRequestLeakPool(TaskPerRequestPool):

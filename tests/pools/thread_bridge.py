@@ -15,9 +15,10 @@ import threading
 from typing import Any
 
 from kvstress import ThreadedBlockPool
+from pools._front import InnerFront
 
 
-class ThreadBridgePool:
+class ThreadBridgePool(InnerFront):
     """``ThreadedBlockPool`` behind worker threads, answered on the caller's loop."""
 
     backoff_bound = 0.0
@@ -62,18 +63,6 @@ class ThreadBridgePool:
 
     async def release(self, block: Any) -> bool:
         return self._inner.release(block)
-
-    def mark_in_use(self, block: Any) -> None:
-        self._inner.mark_in_use(block)
-
-    def retain(self, block: Any) -> None:
-        self._inner.retain(block)
-
-    def free_count(self) -> int:
-        return self._inner.free_count()
-
-    def free_ids(self) -> list[int]:
-        return self._inner.free_ids()
 
     def close(self) -> None:
         for _ in range(self.WORKERS):
