@@ -600,3 +600,17 @@ def test_an_exception_awkward_to_print_is_a_crash_said_in_a_line(pool: str, said
     assert result.failure is not None and result.failure.violation.invariant == "crash"
     message = result.failure.violation.message
     assert said in message and len(message) < 2000, message[:300]
+
+
+@pytest.mark.parametrize("pool", ["HelperTaskRaisesPool", "HelperCallbackRaisesPool"])
+def test_a_pool_s_own_task_or_callback_that_raises_is_a_crash(pool: str) -> None:
+    """asyncio only logs an exception in a task nobody awaits or in a callback: the run was
+    clean (protocol.md says an exception in a pool's own worker fails the run; a thread's did)."""
+    from pools import task_raises
+
+    result = search(
+        config_for(getattr(task_raises, pool)), RandomScheduler(seed=0), max_executions=20, shrink=False
+    )
+    assert result.failure is not None and result.failure.violation.invariant == "crash"
+    assert "a task or callback of the pool's own raised" in result.failure.violation.message
+    assert "RuntimeError: bookkeeping failed" in result.failure.violation.message

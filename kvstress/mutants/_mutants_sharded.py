@@ -40,7 +40,7 @@ class ShardedScanThenParkPool(ShardedPool):
         limit = seconds(timeout)
         deadline = None if limit is None else time.monotonic() + limit
         while True:
-            block = self._scan()
+            block = self._settled_scan()
             if block is not None or limit == 0:
                 return block
             remaining = None if deadline is None else deadline - time.monotonic()

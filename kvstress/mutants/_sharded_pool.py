@@ -46,6 +46,7 @@ class ShardedPool:
         self._stripes: list[deque[int]] = [deque(range(s, self.num_blocks, width)) for s in range(width)]
         self._locks = [threading.Lock() for _ in range(width)]
         self._counts = [len(stripe) for stripe in self._stripes]
+        self._offers = [0] * width  # per stripe, blocks listed on it so far (under its lock)
         self._cursor = itertools.count()  # next() is atomic: no lock, and deterministic
         self._cond = threading.Condition()
 
@@ -54,7 +55,7 @@ class ShardedPool:
     def acquire(self, timeout: float | None = None) -> Block | None:
         """A FREE block, returned ACQUIRED with refcount 1 and zeroed; None after ``timeout`` s."""
         limit = seconds(timeout)
-        block = self._scan()
+        block = self._settled_scan()
         if block is not None or limit == 0:
             return block
         deadline = None if limit is None else time.monotonic() + limit
@@ -121,6 +122,18 @@ class ShardedPool:
                     return self._take(stripe)
         return None
 
+    def _settled_scan(self) -> Block | None:
+        """``_scan``, until one finds a block or none was listed anywhere while it looked: a
+        scan can pass a stripe just before a release lists a block there, while an acquirer
+        takes the last block from a stripe it has yet to reach, and a try-once then answered
+        None though no instant had every block held (kvstress: lost-block, on the churn motif).
+        With no listing during the scan, every stripe was empty at its end."""
+        while True:
+            listed = list(self._offers)
+            block = self._scan()
+            if block is not None or listed == self._offers:
+                return block
+
     def _take(self, stripe: int) -> Block:
         """Pop from ``stripe`` (its lock held): FREE -> ACQUIRED, refcount 1."""
         block = self._blocks[self._stripes[stripe].popleft()]
@@ -147,6 +160,7 @@ class ShardedPool:
             block.state = BlockState.FREE
             self._stripes[stripe].append(block.id)
             self._counts[stripe] += 1
+            self._offers[stripe] += 1
 
     def _wake(self) -> None:
         with self._cond:

@@ -252,7 +252,7 @@ def run_execution(
     except ControlledLoopError as error:
         record.failure = as_violation(error, record, config)
     if record.failure is None and record.ops is not None:
-        record.failure = check_run(config, record.ops)
+        record.failure = check_run(config, record.ops) or loop_error_crash(record)
     if record.failure is not None and record.ops is not None:
         record.blocks, record.blocks_at = blocks_of_failure(config, record.ops)
     if record.failure is not None and record.loop_errors:
@@ -308,7 +308,8 @@ async def _async_main(config: ScenarioConfig, record: ExecutionRecord) -> None:
     # Once a run has failed, the tasks it cancels may raise again while asyncio shuts down;
     # the first failure is the finding, the rest is noise for the loop's default logger. Before
     # that, what a callback raised is noted for the report (a pool's done-callback that died).
-    loop.set_exception_handler(lambda _loop, context: note_loop_error(record, context))
+    files = frozenset(config.pool_files())
+    loop.set_exception_handler(lambda _loop, context: note_loop_error(record, context, files))
     record.scenario = draw_scenario(config, loop.scheduler.next_u64())
     loop.deadlock_note = lambda: timeouts_not_kept(record.history)
     # A pool's own thread may keep an acquire's timeout in a real timed wait (an async face
@@ -329,15 +330,36 @@ async def run_workers(config: ScenarioConfig, record: ExecutionRecord, clock: Ca
     await ops.finish()
 
 
-def note_loop_error(record: ExecutionRecord, context: dict[str, Any]) -> None:
+def note_loop_error(
+    record: ExecutionRecord, context: dict[str, Any], files: frozenset[str] = frozenset()
+) -> None:
+    """An exception the event loop caught in a task or callback nobody awaits: noted for the
+    run's failure (``loop_error_crash``), unless kvstress's own code alone raised it (``files``:
+    the pool's source files)."""
     error = context.get("exception")
     if (
         not isinstance(error, Exception)  # CancelledError, as the run's tasks unwind
         or len(record.loop_errors) >= MAX_LOOP_ERRORS
         or (record.ops is not None and record.ops.failed_op is not None)
+        or (files and raised_in_kvstress(error, files))
     ):
         return
     record.loop_errors.append(error_text(error))
+
+
+def loop_error_crash(record: ExecutionRecord) -> InvariantViolation | None:
+    """A run that passed every check while a task or callback of the pool's own died with an
+    exception (asyncio only logs it: "Task exception was never retrieved", "Exception in
+    callback"): a ``crash``, as an exception in a pool's own thread is (protocol.md, "Background
+    workers"; a blind tester's pool whose helper task raised was clean)."""
+    if not record.loop_errors:
+        return None
+    return InvariantViolation(
+        "crash",
+        "a task or callback of the pool's own raised, and the event loop caught it: "
+        + "; ".join(record.loop_errors),
+        history=record.history,
+    )
 
 
 def time_bound(config: ScenarioConfig) -> float:

@@ -43,6 +43,7 @@ from kvstress.scenarios._execution import (
     check_run,
     crash_of,
     draw_scenario,
+    loop_error_crash,
     note_loop_error,
     with_loop_errors,
 )
@@ -188,7 +189,7 @@ def run_stress_execution(
             found = crash_of(found, config, "the run")
         record.failure = found
     if record.failure is None and record.ops is not None:
-        record.failure = check_run(config, record.ops)
+        record.failure = check_run(config, record.ops) or loop_error_crash(record)
     if record.failure is not None and record.ops is not None:
         record.blocks = dump_blocks(record.ops.pool, config.num_blocks, record.ops.ledger)
     if record.failure is not None and record.loop_errors:
@@ -287,7 +288,8 @@ async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: Ti
     assert record.scenario is not None
     if config.backend == "asyncio":  # trio has no callbacks whose errors a handler swallows
         loop = asyncio.get_running_loop()
-        loop.set_exception_handler(lambda _loop, context: note_loop_error(record, context))
+        files = frozenset(config.pool_files())
+        loop.set_exception_handler(lambda _loop, context: note_loop_error(record, context, files))
     pool = build_pool(config)
     ops = record.ops = ScenarioOps(config, pool, anyio.current_time, virtual=False, timing=timing)
     bound = timing.hang_bound + record.scenario.total_timeout
