@@ -52,8 +52,6 @@ class Operations:
     _workers: dict[str, ThreadWorker]
     release_calls: int = 0  # releases called so far, by anyone
     deferring: bool = False  # the pool finished a release after it returned (_offer_deferred, _settled)
-    refused_beside_cancelled: bool = False  # a try-once refused while cancelled_served()
-    excuse_cancelled: bool = False  # such a refusal is excused, to be judged again later
     _last_stamp: float = float("-inf")
 
     def _count_release(self) -> None:
@@ -92,9 +90,6 @@ class Operations:
             # a block really lost fails the try-once of the drain that ends every run.
             free = self.num_blocks - len(self.ledger.open)
             if self.sequential and timeout == 0 and free > 0 and not await self._excused_refusal(index):
-                if self.excuse_cancelled and self.cancelled_served():
-                    self.refused_beside_cancelled = True  # judged again once it is over (finish)
-                    return None
                 raise InvariantViolation(
                     "lost-block",
                     f"acquire(timeout={timeout}) returned None although {free} block(s) are held by "
@@ -389,7 +384,8 @@ class Operations:
         own that waits for a block on the caller's behalf until the caller's deadline, takes
         one, finds the caller gone and gives it back within ``timing.settle`` (the
         linearizability model's ``served_until``). A FIFO pool keeps a block it released
-        for such a waiter, and a try-once meanwhile is refused with blocks in the queue."""
+        for such a waiter, and a try-once meanwhile is refused with blocks in the queue: the
+        run's end waits that out before it reads the pool at rest (``finish``)."""
         now = self._now()
         for op in self.history.snapshot():
             if op.name in ("acquire", "acquire_many") and op.result == "cancelled" and op.end is not None:

@@ -158,23 +158,23 @@ class ScenarioOps(Scenarios):
     async def finish(self) -> None:
         """With every worker done: release what they still hold, check the pool at rest, then
         take every block once (a try-once each: nothing is in flight, so a None is a lost block,
-        whatever the pool's queue shows, unless the pool may still be serving a cancelled
-        acquire: then once more, a moment later) and give them back; then the pool's optional
-        ``close()``."""
+        whatever the pool's queue shows) and give them back, a moment later where the pool may
+        still be serving a cancelled acquire; then the pool's optional ``close()``."""
         self.sequential = True
         for holder, block_id in [(h, b) for b, t in self.ledger.open.items() for h in t.holders]:
             if holder in self.ledger.holders_of(block_id):
                 await self.op_release(holder, block_id)
         try:
-            await self.op_check_quiet()
-            await self._drain()
-            if self.refused_beside_cancelled:
-                # A try-once was refused while the pool may have been serving a cancelled
-                # acquire (cancelled_served): given the time to give back what it took for it,
-                # the drain is judged again, with no excuse.
-                self.refused_beside_cancelled = False
+            if self.cancelled_served():
+                # The pool may still be serving a cancelled acquire: a worker of its own that
+                # takes a block just released for a caller who is gone gives it back within
+                # the settle bound, and the pool is read at rest after that.
                 await self._sleep(self._settle_bound())
-                await self._drain(excuse_cancelled=False)
+            await self.op_check_quiet()
+            taken = [await self.op_acquire("harness", 0) for _ in range(self.num_blocks)]
+            for got in taken:
+                if got is not None:
+                    await self.op_release("harness", got)
             # A pool that offers released blocks later (a reset worker) comes to rest before
             # the run ends: its worker does not hand a block back to a loop closed meanwhile.
             await self.op_settle()
@@ -182,17 +182,6 @@ class ScenarioOps(Scenarios):
         except InvariantViolation:
             self._note_failure("harness")
             raise
-
-    async def _drain(self, excuse_cancelled: bool = True) -> None:
-        """Take every block once with a try-once, then give them back."""
-        self.excuse_cancelled = excuse_cancelled
-        try:
-            taken = [await self.op_acquire("harness", 0) for _ in range(self.num_blocks)]
-        finally:
-            self.excuse_cancelled = False
-        for got in taken:
-            if got is not None:
-                await self.op_release("harness", got)
 
     def _note_failure(self, worker: str) -> None:
         if self.failed_op is None:
