@@ -30,28 +30,76 @@ FREEZE_S = 1.0  # past the slack (0.25 s x load per core) on any machine these t
 SLACK = TimingPolicy(slack=0.25)
 
 
-def freeze_process(seconds: float) -> None:
-    """Have a child process stop this one for ``seconds``; returns once it runs again."""
-    pid = os.getpid()
-    child = subprocess.Popen(["sh", "-c", f"kill -STOP {pid}; sleep {seconds}; kill -CONT {pid}"])
-    child.wait()
+# The thawing process: told (one byte on its stdin) that the process is about to stop itself,
+# it waits until the OS shows it stopped, then for the freeze, then resumes it.
+_THAW = """
+import os, signal, subprocess, sys, time
+pid, seconds = int(sys.argv[1]), float(sys.argv[2])
+sys.stdin.read(1)
+def stopped():
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        out = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True)
+        return out.stdout.strip().startswith("T")
+deadline = time.monotonic() + 30
+while not stopped() and time.monotonic() < deadline:
+    time.sleep(0.001)
+time.sleep(seconds)
+os.kill(pid, signal.SIGCONT)
+"""
+
+
+class Freezer:
+    """Freezes this process for ``seconds`` on demand, at once, as the OS would.
+
+    The thawing child starts here, ahead of the freeze: the freeze itself is one pipe write and a
+    SIGSTOP this process sends itself, so the interval that holds it has no wait for a process to
+    start (under load that wait, real idle time of the caller's, once made the test flaky)."""
+
+    def __init__(self, seconds: float) -> None:
+        self._child = subprocess.Popen(
+            [sys.executable, "-c", _THAW, str(os.getpid()), str(seconds)], stdin=subprocess.PIPE
+        )
+
+    def freeze(self) -> None:
+        """Stops this process; returns once the child resumes it. Once per ``Freezer``."""
+        assert self._child.stdin is not None
+        self._child.stdin.write(b"!")
+        self._child.stdin.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def close(self) -> None:
+        """Reaps the child (after the interval measured: its exit takes CPU time under load)."""
+        assert self._child.stdin is not None
+        self._child.stdin.close()
+        self._child.wait(30)
 
 
 class FreezingThreadedPool(ThreadedBlockPool):
     """Correct; its try-once acquire is where the OS happens to freeze the process."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._freezer = Freezer(FREEZE_S)
+
     def acquire(self, timeout: float | None = None) -> Any:
         if timeout == 0:
-            freeze_process(FREEZE_S)
+            self._freezer.freeze()
         return super().acquire(timeout)
 
 
 class FreezingAsyncPool(AsyncBlockPool):
     """Correct; the OS freezes the process (and so its event loop) inside a try-once acquire."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._freezer = Freezer(FREEZE_S)
+
     async def acquire(self, timeout: float | None = None) -> Any:
         if timeout == 0:
-            freeze_process(FREEZE_S)
+            self._freezer.freeze()
         return await super().acquire(timeout)
 
 
@@ -69,9 +117,11 @@ def test_a_frozen_process_is_counted_as_excused_time() -> None:
     """The heartbeat sees the freeze, and an idle stretch is not excused as one."""
     before = excused_wall_seconds()
     time.sleep(0.05)  # the heartbeat is running
+    freezer = Freezer(0.5)
     start = time.perf_counter()
-    freeze_process(0.5)
+    freezer.freeze()
     frozen = time.perf_counter() - start
+    freezer.close()
     excused = excused_wall_seconds() - before
     assert frozen >= 0.5 and excused >= 0.8 * 0.5, (frozen, excused)
 
@@ -85,6 +135,7 @@ def test_a_correct_pool_frozen_by_the_os_inside_acquire_is_not_late(factory: Any
         driver.release("w1", got)
     finally:
         driver.close()
+        driver.pool._freezer.close()
 
 
 def test_a_pool_that_ignores_its_timeout_is_still_late() -> None:
