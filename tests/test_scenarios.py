@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
+import warnings
 from typing import Any
 
 import anyio
@@ -614,3 +616,15 @@ def test_a_pool_s_own_task_or_callback_that_raises_is_a_crash(pool: str) -> None
     assert result.failure is not None and result.failure.violation.invariant == "crash"
     assert "a task or callback of the pool's own raised" in result.failure.violation.message
     assert "RuntimeError: bookkeeping failed" in result.failure.violation.message
+
+
+def test_a_run_stopped_before_a_worker_began_closes_its_program() -> None:
+    """A run stopped by a limit (or a finding) before a worker's task began dropped its program
+    unclosed: "coroutine 'ScenarioOps.run_program' was never awaited" at a later collection, in
+    the user's output (CI's log; anyio's wrapper task is what asyncio cancels, not the program)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        record = run_execution(ScenarioConfig(AsyncBlockPool, True, max_steps=1), RandomScheduler(seed=0))
+        gc.collect()
+    assert record.failure is not None and record.failure.invariant == "hang"
+    assert not [str(w.message) for w in seen if "never awaited" in str(w.message)]

@@ -12,11 +12,12 @@ a deadlock, a spin or a stuck thread becomes a ``hang`` (or ``busy-wait``) viola
 
 from __future__ import annotations
 
+import inspect
 import random
 import threading
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -141,6 +142,7 @@ class ScenarioOps(Scenarios):
         self._workers = {}
         self._scopes = {}
         self._newest = {}
+        self._programs: list[Coroutine[Any, Any, None]] = []
         self.native_cancel = config.is_async and config.backend == "asyncio" and not speaks_anyio(pool)
         self.backoff_bound = self.timing.backoff_bound_of(pool)
 
@@ -154,6 +156,20 @@ class ScenarioOps(Scenarios):
         except InvariantViolation:
             self._note_failure(holder)
             raise
+
+    def program(self, holder: str, program: Sequence[tuple[str, Any]]) -> Coroutine[Any, Any, None]:
+        """``run_program``'s coroutine for a worker's task, kept for ``close_unstarted``."""
+        coro = self.run_program(holder, program)
+        self._programs.append(coro)
+        return coro
+
+    def close_unstarted(self) -> None:
+        """Close the programs whose task never began: a run stopped first (a finding, a limit)
+        dropped them, or asyncio cancelled anyio's wrapper before it awaited one, and Python
+        printed "coroutine 'ScenarioOps.run_program' was never awaited" at a later collection."""
+        for coro in self._programs:
+            if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+                coro.close()
 
     async def finish(self) -> None:
         """With every worker done: release what they still hold, check the pool at rest, then
@@ -240,6 +256,9 @@ def run_execution(
         raise
     except ControlledLoopError as error:
         record.failure = as_violation(error, record, config)
+    finally:
+        if record.ops is not None:
+            record.ops.close_unstarted()
     if record.failure is None and record.ops is not None:
         record.failure = check_run(config, record.ops) or loop_error_crash(record)
     if record.failure is not None and record.ops is not None:
@@ -315,7 +334,7 @@ async def run_workers(config: ScenarioConfig, record: ExecutionRecord, clock: Ca
     ops = record.ops = ScenarioOps(config, pool, clock)
     async with anyio.create_task_group() as tg:
         for holder, program in zip(record.scenario.workers, record.scenario.programs, strict=True):
-            tg.start_soon(ops.run_program, holder, program, name=holder)
+            tg.start_soon(ops.program, holder, program, name=holder)
     await ops.finish()
 
 

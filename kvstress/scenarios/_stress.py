@@ -293,10 +293,13 @@ async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: Ti
     pool = build_pool(config)
     ops = record.ops = ScenarioOps(config, pool, anyio.current_time, virtual=False, timing=timing)
     bound = timing.hang_bound + record.scenario.total_timeout
-    with anyio.move_on_after(bound) as scope:
-        async with anyio.create_task_group() as tg:
-            for holder, program in zip(record.scenario.workers, record.scenario.programs, strict=True):
-                tg.start_soon(ops.run_program, holder, program, name=holder)
+    try:
+        with anyio.move_on_after(bound) as scope:
+            async with anyio.create_task_group() as tg:
+                for holder, program in zip(record.scenario.workers, record.scenario.programs, strict=True):
+                    tg.start_soon(ops.program, holder, program, name=holder)
+    finally:
+        ops.close_unstarted()
     if scope.cancelled_caught:
         raise InvariantViolation("hang", f"the workers' programs did not finish within {bound:g} s")
     with anyio.move_on_after(timing.hang_bound) as scope:
