@@ -575,3 +575,62 @@ def test_a_write_after_release_names_no_innocent_holder() -> None:
     message = violation_of(caught).message
     assert "by holder-B" not in message
     assert "last tenancy's (holder-B) or of an earlier one" in message and "cannot say whose" in message
+
+
+class Stopped(BaseException):
+    """Stands for what stops a call from outside the protocol (a controlled run's aborted thread)."""
+
+
+class HalfReleasePool(ThreadedBlockPool):
+    """Its first release is stopped after the block left its holder and before it is queued:
+    ``error`` says by what (the pool's own error, or something from outside)."""
+
+    def __init__(self, error: type[BaseException]) -> None:
+        super().__init__(2, (2,))
+        self.error: type[BaseException] | None = error
+
+    def _offer(self, block_id: int) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error("stopped")
+        super()._offer(block_id)
+
+
+def test_a_call_stopped_midway_from_outside_leaves_nothing_to_judge_at_rest() -> None:
+    """A controlled run stopped by a diverged replay aborts its threads mid-call: the pool is
+    left mid-release (its block neither held nor queued), and the audit's next quiet point
+    blamed the pool ("a pool bug, seen at a quiet point", a blind user's suite); at close, a
+    block never offered back is one too."""
+    pool = kvstress.audit(HalfReleasePool(Stopped))
+    block = take(pool)
+    with pytest.raises(Stopped):
+        pool.release(block)
+    assert pool.cut_short == "MainThread's release was stopped midway by Stopped"
+    pool.release(take(pool))  # a quiet point: not judged
+    pool.close()
+
+
+def test_a_release_that_raises_midway_is_still_the_pools_lost_block() -> None:
+    """The same half-done release, raised by the pool itself: its error, judged as before."""
+    pool = kvstress.audit(HalfReleasePool(RuntimeError))
+    block = take(pool)
+    with pytest.raises(RuntimeError):
+        pool.release(block)
+    assert pool.cut_short is None
+    pool.release(take(pool))
+    with pytest.raises(InvariantViolation, match="the pool never offered it back") as caught:
+        pool.close()
+    assert violation_of(caught).invariant == "lost-block"
+
+
+def test_a_block_never_released_is_still_a_leak_after_a_call_was_stopped_midway() -> None:
+    """A daemon thread of a controlled run is unwound at its end wherever it is: the pool is not
+    judged at rest after that, but a block its caller never gave back is still a leak."""
+    pool = kvstress.audit(HalfReleasePool(Stopped))
+    kept = take(pool)
+    with pytest.raises(Stopped):
+        pool.release(take(pool))
+    assert pool.cut_short is not None and kept is not None
+    with pytest.raises(InvariantViolation, match="MainThread") as caught:
+        pool.close()
+    assert violation_of(caught).invariant == "lost-block"

@@ -8,9 +8,11 @@ ledger update can never be interleaved with another task's.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import itertools
+import sys
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -79,6 +81,18 @@ audited one-block calls)."""
 PROTOCOL = ("num_blocks", "acquire", "mark_in_use", "retain", "release", "free_count", "free_ids")
 
 
+def stops_a_call(error: BaseException) -> bool:
+    """Whether ``error`` stopped a call from outside the protocol: a ``BaseException`` that is
+    no cancellation (a controlled run's thread aborted after a diverged replay or a finding,
+    a coroutine closed with its dropped loop, Ctrl-C, ``SystemExit``). A cancellation is the
+    protocol's own (a cancel-safe pool undoes what the call did) and an ``Exception`` the pool's
+    answer: both are judged as usual."""
+    if isinstance(error, Exception | asyncio.CancelledError):
+        return False
+    trio = sys.modules.get("trio")
+    return trio is None or not isinstance(error, trio.Cancelled)
+
+
 def _held_before(pool: Any, num_blocks: int) -> set[int]:
     """The blocks not in the pool's free queue as the audit begins (none where the queue cannot
     be read): held by code that ran before it, not by a caller of the audit."""
@@ -110,6 +124,11 @@ class AuditCore:
         self._quiet = QuietCheck(self, queue_check_every)
         self._first: InvariantViolation | None = None
         self._closed = False
+        self.cut_short: str | None = None
+        """Set when a call was stopped midway by no error of the pool's (``stops_a_call``): the
+        pool may be left mid-operation (a block taken off the queue, a release half done), so
+        what reads it at rest (quiet points; at close, the released blocks' memory and whether
+        they are back) judges nothing after it. Blocks a caller never released are still leaks."""
 
     def _holder(self) -> str:
         """Who is calling: the thread's name, or the task's."""
@@ -194,6 +213,8 @@ class AuditCore:
     def _failed(self, op: Op, error: BaseException) -> None:
         """A pool call raised (or was cancelled): record it; the error goes on to the caller."""
         outcome = "raised" if isinstance(error, Exception) else "info"
+        if self.cut_short is None and stops_a_call(error):
+            self.cut_short = f"{op[1]}'s {op[2]} was stopped midway by {type(error).__name__}"
         with self._ledger.lock:
             self._ledger.end(op, outcome, error_text(error))
 
@@ -455,6 +476,8 @@ class AuditCore:
             seq = self._ledger.begun
         if leaked:
             raise self.violation("lost-block", leak_message(leaked))
+        if self.cut_short is not None:
+            return False  # the pool may be mid-operation: not at rest (``cut_short``)
         for lease in released:
             changed = released_block_changed(lease)
             if changed is not None:

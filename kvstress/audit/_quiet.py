@@ -52,7 +52,7 @@ class QuietCheck:
     def due(self) -> Due:
         """Called as a call ends, with the ledger lock held: what to check, if nothing is in flight."""
         ledger = self._audit._ledger
-        if ledger.in_flight:
+        if ledger.in_flight or self._audit.cut_short is not None:
             return None
         return ledger.begun, len(ledger.open) + len(ledger.outside), ledger.since_full_check >= self.every
 
