@@ -228,6 +228,16 @@ def test_check_passes_a_correct_pool_and_fails_a_broken_one(pytester: pytest.Pyt
     assert properties == {"kvstress_invariant": report["invariant"], "kvstress_report": str(path)}
 
 
+def test_a_quiet_failing_session_repeats_its_seed_at_the_end(pytester: pytest.Pytester) -> None:
+    """``-q`` hides the header, where the seed is: a failing session says it after its summary."""
+    _fuzz_suite(pytester, controlled=False)
+    result = pytester.runpytest_subprocess(
+        "-q", "--kvstress-budget=0.5", "--kvstress-seed=7", "--kvstress-report-dir=out", "-k", "broken"
+    )
+    result.assert_outcomes(failed=1)
+    assert "kvstress: seed 7 (repeat with --kvstress-seed 7)" in result.stdout.str().splitlines()
+
+
 def test_xdist_workers_share_the_session_seed(pytester: pytest.Pytester) -> None:
     """Under -n 2 the header shows one random seed, every worker uses it, and outcomes are right."""
     _fuzz_suite(pytester, controlled=True)

@@ -22,6 +22,7 @@ from kvstress.pytest_plugin._plugin import pytest_addoption as pytest_addoption
 from kvstress.pytest_plugin._plugin import pytest_configure as pytest_configure
 from kvstress.pytest_plugin._plugin import pytest_report_header as pytest_report_header
 from kvstress.pytest_plugin._plugin import pytest_runtest_makereport as pytest_runtest_makereport
+from kvstress.pytest_plugin._plugin import pytest_terminal_summary as pytest_terminal_summary
 from kvstress.pytest_plugin._profiles import NIGHTLY_DATABASE as NIGHTLY_DATABASE
 from kvstress.pytest_plugin._profiles import PROFILES as PROFILES
 from kvstress.pytest_plugin._seeds import seed_for as seed_for

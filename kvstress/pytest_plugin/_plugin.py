@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Generator
+from typing import Any
 
 import pytest
 
@@ -90,6 +91,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if settings.controlled_loop:
         lines.append("kvstress: pytest-asyncio tests run on the controlled event loop")
     return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Under ``-q`` pytest prints no header: a session where kvstress failed a test repeats its
+    seed at the end (a blind user's ``-q -n 2`` runs never showed it)."""
+    if exitstatus != pytest.ExitCode.TESTS_FAILED or config.getoption("verbose") >= 0:
+        return
+    failed = [*terminalreporter.stats.get("failed", ()), *terminalreporter.stats.get("error", ())]
+    if any("kvstress" in getattr(report, "longreprtext", "") for report in failed):
+        seed = config.stash[SETTINGS].session_seed
+        terminalreporter.write_line(f"kvstress: seed {seed} (repeat with --kvstress-seed {seed})")
 
 
 def _check_loop_hook(config: pytest.Config) -> None:
