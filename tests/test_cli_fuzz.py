@@ -137,6 +137,18 @@ def test_bad_input_is_one_line_and_exit_2(
     assert "Traceback" not in err
 
 
+def test_a_mistyped_module_is_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A top-level module that does not exist is said before a fuzzing child starts (which took
+    seconds) and before the report dir is made; nothing of the pool's runs in the supervisor."""
+    monkeypatch.chdir(tmp_path)
+    starts: list[object] = []
+    monkeypatch.setattr("multiprocessing.context.SpawnProcess.start", lambda self: starts.append(self))
+    assert main(["fuzz", "--pool", "no_such_module.pools:Pool", "--report-dir", "out"]) == 2
+    assert not starts and not (tmp_path / "out").exists()
+
+
 def test_the_script_exits_2_on_bad_input(tmp_path: Path) -> None:
     """`python -m kvstress` itself: exit 2 and one stderr line, for a bad pool and a bad report."""
     (tmp_path / "report.json").write_text("[1, 2]")

@@ -8,6 +8,7 @@ the protocol's methods. Each is one ``TargetError`` line (exit 2 from the CLI).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -83,6 +84,19 @@ def check_target_args(
         )
     if backend not in BACKENDS:
         raise TargetError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    module_name = spec.split(":", 1)[0]
+    top = module_name.split(".")[0]
+    make_cwd_importable()
+    # A top-level name is looked up without running any code (its parent packages would be
+    # imported for a dotted one): a mistyped one is said at once, not after a child's start.
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = True  # the import itself says what is wrong
+    if not found:
+        raise TargetError(
+            f"cannot import {module_name!r} for the pool {spec}: ModuleNotFoundError: No module named {top!r}"
+        )
     try:
         return check_num_blocks(num_blocks), check_block_shape(block_shape)
     except ValueError as error:
