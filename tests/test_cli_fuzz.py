@@ -427,6 +427,36 @@ def test_replay_finds_the_pool_from_another_directory(
     assert done.stdout.splitlines() == ["reproduced: dirty-read"]
 
 
+def test_a_replay_beside_a_fixed_module_imports_the_fix(
+    found: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path
+) -> None:
+    """The current directory comes before the report's ``pool_path``: a replay run beside the
+    fixed module (another worktree, a repro folder) imported the report's old one and said
+    "reproduced" (two blind users)."""
+    _, cwd = found
+    report = next((cwd / "reports").glob("*.json"))
+    (tmp_path / "pools").mkdir()
+    (tmp_path / "pools" / "__init__.py").write_text("")
+    (tmp_path / "pools" / "tiny.py").write_text(
+        "from kvstress import ThreadedBlockPool\n\n\nclass TinyResetAfterOfferPool(ThreadedBlockPool):\n"
+        '    """The fix."""\n'
+    )
+    script = Path(sys.executable).with_name("kvstress")  # not ``-m``: that puts the cwd first itself
+    if not script.exists():
+        pytest.skip("the kvstress console script is not beside this interpreter")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(script), "replay", "--quiet", str(report)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("not reproduced: dirty-read"), done.stdout
+
+
 def test_a_reports_replay_command_works_from_any_directory(
     found: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from kvstress.fuzz._contract import run_contract
 from kvstress.fuzz._run import ctrl_c_flag
 from kvstress.fuzz._slices import run_machine, scenario_config
-from kvstress.fuzz._target import FuzzTarget, load_target
+from kvstress.fuzz._target import FuzzTarget, load_target, make_cwd_importable
 from kvstress.reports import load_report
 from kvstress.scenarios import ScenarioConfig, replay, run_stress_execution
 from kvstress.scenarios._programs import Scenario
@@ -84,7 +84,10 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
 def _findable(pool_path: object) -> None:
     """Put the directory the pool was imported from (``pool_path``) at the end of the import
     path: a replay run from another directory found no module (a blind user's reports), and one
-    run beside a module of that name still imports that one first."""
+    run beside a module of that name imports that one first (the current directory and
+    PYTHONPATH come before it: a replay found the report's old module and not the fix beside it,
+    two blind users')."""
+    make_cwd_importable()  # first: a module beside the replay (a fix checked in another worktree) wins
     if isinstance(pool_path, str) and os.path.isdir(pool_path) and pool_path not in sys.path:
         sys.path.append(pool_path)
 
