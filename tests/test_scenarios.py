@@ -628,3 +628,43 @@ def test_a_run_stopped_before_a_worker_began_closes_its_program() -> None:
         gc.collect()
     assert record.failure is not None and record.failure.invariant == "hang"
     assert not [str(w.message) for w in seen if "never awaited" in str(w.message)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_timed_out_waiter_that_leaves_the_queue_a_turn_later_is_no_lost_wakeup(seed: int) -> None:
+    """poolboy's design: a timeout sends a cancel message the pool handles on its next turn, and
+    a block released in between goes to the stale waiter entry, then straight back. A try-once
+    in that turn found none free: lost-wakeup or lost-block on every seed (a blind user's)."""
+    from pools.late_cancel import LateCancelPool
+
+    result = search(config_for(LateCancelPool), RandomScheduler(seed=seed), max_executions=300)
+    assert result.failure is None, result.failure.describe()
+
+
+def test_a_stale_waiter_entry_that_keeps_its_block_is_lost() -> None:
+    from pools.late_cancel import LateCancelLeakPool
+
+    result = search(config_for(LateCancelLeakPool), RandomScheduler(seed=0), max_executions=300, shrink=False)
+    assert result.failure is not None and result.failure.violation.invariant == "lost-block"
+
+
+@pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
+@pytest.mark.parametrize("pool", ["DeadlineExecutorPool", "DeadlineAllocatorPool"])
+@pytest.mark.parametrize("seed", range(2))
+def test_a_deadline_the_loop_computes_and_a_thread_waits_until_is_on_one_clock(pool: str, seed: int) -> None:
+    """The pool's module read virtual time on the loop's thread and real time in its others: a
+    worker saw the caller's deadline long past and answered None at once (timeout-early, every
+    seed); a parked allocator that read the loop's clock saw it stand still (a hang)."""
+    from pools import deadline_thread
+
+    result = search(config_for(getattr(deadline_thread, pool)), RandomScheduler(seed=seed), max_executions=60)
+    assert result.failure is None, result.failure.describe()
+
+
+def test_a_thread_that_gives_up_before_the_deadline_is_still_early() -> None:
+    from pools.deadline_thread import DeadlineExecutorEarlyPool
+
+    result = search(
+        config_for(DeadlineExecutorEarlyPool), RandomScheduler(seed=0), max_executions=200, shrink=False
+    )
+    assert result.failure is not None and result.failure.violation.invariant == "timeout-early"

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvstress._violation import InvariantViolation, Operation
-from kvstress.linearize._model import served_until
+from kvstress.linearize._model import may_linger, served_until
 
 
 def check_wakeups(
@@ -142,10 +142,10 @@ def _may_take(op: Operation, block: object, since: float) -> bool:
 
 
 def _served_after_return(op: Operation, at: float, settle: float) -> bool:
-    """A cancelled acquire that returned before ``at`` and that the pool may still be serving
-    then: until its deadline plus ``settle``, or for good without a timeout (as the
-    linearizability model's ``served_until``)."""
-    if op.result != "cancelled" or op.end is None or op.end >= at:
+    """An acquire that returned before ``at`` without a block, cancelled or timed out, and that
+    the pool may still be serving then: until its deadline plus ``settle``, or for good without
+    a timeout (as the linearizability model's ``may_linger`` and ``served_until``)."""
+    if not may_linger(op) or op.end is None or op.end >= at:
         return False
     until = served_until(op, settle)
     return until is None or at <= until

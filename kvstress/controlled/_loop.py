@@ -221,6 +221,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self.decisions = 0
         self.max_time = max_time
         self._kv_now = self._kv_start = float(start_time)
+        self._kv_seen_elsewhere = self._kv_now  # the latest ``time_elsewhere`` answer
         self._kv_budget = max_steps
         # Invariant: lane ids are never reused; a task's entry goes when it is done.
         self._lanes: dict[asyncio.Future[Any], int] = {}
@@ -251,6 +252,17 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         """Virtual time in seconds: moves only when nothing is ready, to the next timer."""
         return self._kv_now
+
+    def time_elsewhere(self) -> float:
+        """Virtual time as a thread other than the loop's reads it: while work is out in threads
+        virtual time runs with real time (``_kv_follow_real``), up to this instant, not only up
+        to the loop's last look (it may wait seconds in one look for an executor's call). Never
+        less than an earlier answer: the loop moves the two fields apart."""
+        now, since = self._kv_now, self._kv_real
+        if since is not None:
+            now += max(0.0, time.perf_counter() - since)
+        self._kv_seen_elsewhere = now = max(now, self._kv_seen_elsewhere)
+        return now
 
     def call_soon(
         self, callback: Callable[[*Ts], object], *args: *Ts, context: contextvars.Context | None = None
@@ -375,8 +387,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_stopping = False
         self._kv_error = None
         self._kv_arm()
-        with following_thread_work():
-            super().run_forever()
+        _RUNNING.append(self)
+        try:
+            with following_thread_work():
+                super().run_forever()
+        finally:
+            _RUNNING.remove(self)
         error, self._kv_error = self._kv_error, None
         if error is not None:
             raise error
@@ -668,7 +684,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if not self._kv_polled:
                 self._kv_polled = True  # finished I/O or a thread's call may still come in
                 return False
-            if self._kv_watch and self._kv_woken.wait(self.foreign_patience):
+            if self._kv_watch and self._wait_for_parked():
                 # A thread of the code's own, not seen at work (just handed its work on a loaded
                 # machine, not yet on a CPU), answered after all: no deadlock. Only a deadlock
                 # beside such a thread pays this wait (a blind user's asyncio front over an
@@ -733,6 +749,20 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         finally:
             self._kv_foreign = False
             self._kv_follow_real()  # the real time up to now counts; then exact virtual time again
+
+    def _wait_for_parked(self) -> bool:
+        """Wait up to ``foreign_patience`` real seconds for a parked thread of the code's own to
+        answer, virtual time following real time: the thread's timed wait runs on the real
+        clock, and a deadline it keeps on the loop's clock (``time_elsewhere``) must come (an
+        allocator thread waiting for a caller's deadline saw it never come, and the loop then
+        called the wait a deadlock). True: something came back."""
+        self.thread_work_begins()
+        self._kv_foreign = True
+        try:
+            return self._kv_woken.wait(self.foreign_patience)
+        finally:
+            self._kv_foreign = False
+            self._kv_follow_real()
 
     def thread_work_begins(self) -> None:
         """Work is about to go out to a thread: from now until all of it is back, virtual time
@@ -889,6 +919,17 @@ def controlled_loop_factory(
         return ControlledEventLoop(scheduler, max_steps=max_steps, start_time=start_time, max_time=max_time)
 
     return factory
+
+
+_RUNNING: list[ControlledEventLoop] = []
+"""The controlled loops running now, in any thread of this process (one, as a rule)."""
+
+
+def sole_running_loop() -> ControlledEventLoop | None:
+    """The controlled loop running in this process, where exactly one runs (None otherwise):
+    the clock a thread of the code's own reads (``loop_clock``)."""
+    running = list(_RUNNING)
+    return running[0] if len(running) == 1 else None
 
 
 def current_loop() -> ControlledEventLoop:

@@ -32,7 +32,7 @@ from typing import Any
 
 from kvstress.controlled import _coop, _coop_asyncio, _coop_compound, _coop_futures, _coop_io, _coop_queue
 from kvstress.controlled._baton import active_controller
-from kvstress.controlled._loop import ControlledEventLoop
+from kvstress.controlled._loop import ControlledEventLoop, sole_running_loop
 from kvstress.controlled._reach import left_alone
 
 _THREADING = {
@@ -113,7 +113,10 @@ class _ModuleProxy(types.ModuleType):
 
 
 def _virtual_now() -> float | None:
-    """The running controlled loop's (or trio run's) clock; None anywhere else."""
+    """The running controlled loop's (or trio run's) clock; None anywhere else. A thread that
+    runs no loop of its own reads the controlled loop running in the process (the code's worker
+    thread, an executor's: a deadline the loop's side computed and a worker waits until is on
+    one clock, as in a real process; a worker read the real clock and timed out at once)."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -121,7 +124,8 @@ def _virtual_now() -> float | None:
         if trio is not None:
             with contextlib.suppress(RuntimeError):
                 return float(trio.current_time())
-        return None
+        sole = sole_running_loop()
+        return None if sole is None else sole.time_elsewhere()
     return loop.time() if isinstance(loop, ControlledEventLoop) else None
 
 

@@ -29,7 +29,7 @@ from kvstress.harness._cpu import excused_wall_seconds, thread_cpu_without_gc
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import LoopThread, Suspensions, ThreadWorker
-from kvstress.linearize._model import served_until
+from kvstress.linearize._model import may_linger, served_until
 from kvstress.pool._state import BlockState
 
 
@@ -379,16 +379,17 @@ class Operations:
         hint = "; a release was cancelled or raised earlier" if cut else ""
         return f"; not in the free queue: {', '.join(shown)}{hint}"
 
-    def cancelled_served(self) -> bool:
-        """Whether the pool may still be serving a cancelled acquire: a worker or a task of its
-        own that waits for a block on the caller's behalf until the caller's deadline, takes
-        one, finds the caller gone and gives it back within ``timing.settle`` (the
-        linearizability model's ``served_until``). A FIFO pool keeps a block it released
-        for such a waiter, and a try-once meanwhile is refused with blocks in the queue: the
-        run's end waits that out before it reads the pool at rest (``finish``)."""
+    def gave_up_served(self) -> bool:
+        """Whether the pool may still be serving an acquire that returned without a block,
+        cancelled or timed out: a worker or a task of its own that waits for a block on the
+        caller's behalf until the caller's deadline, takes one, finds the caller gone and gives
+        it back within ``timing.settle`` (the linearizability model's ``may_linger`` and
+        ``served_until``). A FIFO pool keeps a block it released for such a waiter, and a
+        try-once meanwhile is refused with blocks in the queue: the run's end waits that out
+        before it reads the pool at rest (``finish``)."""
         now = self._now()
         for op in self.history.snapshot():
-            if op.name in ("acquire", "acquire_many") and op.result == "cancelled" and op.end is not None:
+            if may_linger(op):
                 until = served_until(op, self.timing.settle)
                 if until is None or now <= until:
                     return True

@@ -81,8 +81,8 @@ class Translation:
     returns: tuple[tuple[int, int], ...] = ()  # (index, position of its return; OPEN: none)
     patient: frozenset[int] = frozenset()  # acquires that could wait (timeout not 0): a unit may reach them
     unseen: frozenset[int] = frozenset()  # timed Nones that may not have looked (``_timed_out_unseen``)
-    # (index, position): cancelled acquires the pool may still serve after they returned
-    # (``served_until``), each a unit in flight until then
+    # (index, position): acquires, cancelled or timed out, the pool may still serve after they
+    # returned (``may_linger``, ``served_until``), each a unit in flight until then
     lingering: tuple[tuple[int, int], ...] = ()
 
 
@@ -106,8 +106,8 @@ def part_index(index: int, part: int) -> int:
 
 def translate(history: Sequence[Operation], num_blocks: int, settle: float = 0.0) -> Translation:
     """Map the operations the model knows; write, verify and check carry no state and are skipped.
-    ``settle``: how long after its deadline a cancelled acquire may still be in flight in the pool
-    (``served_until``)."""
+    ``settle``: how long after its deadline an acquire that returned without a block may still
+    be in flight in the pool (``may_linger``, ``served_until``)."""
     ops = [op for op in history if op.name in _MODELLED]
     times = sorted({op.start for op in ops} | {op.end for op in ops if op.end is not None})
     position = {t: 2 * k for k, t in enumerate(times)}
@@ -142,11 +142,7 @@ def translate(history: Sequence[Operation], num_blocks: int, settle: float = 0.0
                 blocks[mapped.target].append(block_op)
     returns = tuple((op.index, at(op.end)) for op in ops)
     returns += tuple(extra_returns)
-    lingering = tuple(
-        (op.index, at(served_until(op, settle)))
-        for op in ops
-        if op.name in _TAKING and op.result == "cancelled" and op.end is not None
-    )
+    lingering = tuple((op.index, at(served_until(op, settle))) for op in ops if may_linger(op))
     patient = frozenset(op.index for op in ops if op.name in _TAKING and op.args.get("timeout") != 0)
     unseen = frozenset(op.index for op in ops if op.name in _TAKING and _timed_out_unseen(op))
     return Translation(
@@ -162,14 +158,29 @@ def translate(history: Sequence[Operation], num_blocks: int, settle: float = 0.0
     )
 
 
+def may_linger(op: Operation) -> bool:
+    """Whether acquire (or acquire_many) ``op`` returned without a block and the pool may still
+    serve it afterwards (``served_until``): cancelled, or timed out after waiting (timeout not
+    0). A timed-out waiter may leave the pool's queue a moment after its call returned, as
+    poolboy's: the caller's timeout sends a cancel message the pool's actor handles on its next
+    turn, and a block released in between goes to the stale entry, then comes straight back."""
+    if op.name not in _TAKING or op.end is None:
+        return False
+    if op.result == "cancelled":
+        return True
+    timeout = op.args.get("timeout")
+    timed = isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0
+    return timed and op.result is None and op.outcome in ("ok", "info")
+
+
 def served_until(op: Operation, settle: float) -> float | None:
-    """Until when the pool may still be serving cancelled acquire ``op`` (None: for good). It may
-    live on in the pool past its caller's return: a worker thread or an actor task still waits
-    for a block on its behalf until its deadline, takes one, finds the caller gone and gives it
-    back a moment later (``settle``, the time the quiet checks give a pool to offer a block
-    back). Meanwhile the block it holds is a unit in flight, and an acquire that finds no block
-    free is no violation (an async face over worker threads). Without a timeout it may wait
-    for good."""
+    """Until when the pool may still be serving acquire ``op``, cancelled or timed out
+    (``may_linger``; None: for good). It may live on in the pool past its caller's return: a
+    worker thread or an actor task still waits for a block on its behalf until its deadline,
+    takes one, finds the caller gone and gives it back a moment later (``settle``, the time the
+    quiet checks give a pool to offer a block back). Meanwhile the block it holds is a unit in
+    flight, and an acquire that finds no block free is no violation (an async face over worker
+    threads, an actor's late cancel message). Without a timeout it may wait for good."""
     timeout = op.args.get("timeout")
     if op.end is None or not isinstance(timeout, int | float) or isinstance(timeout, bool):
         return None

@@ -175,16 +175,17 @@ class ScenarioOps(Scenarios):
         """With every worker done: release what they still hold, check the pool at rest, then
         take every block once (a try-once each: nothing is in flight, so a None is a lost block,
         whatever the pool's queue shows) and give them back, a moment later where the pool may
-        still be serving a cancelled acquire; then the pool's optional ``close()``."""
+        still be serving an acquire that gave up (cancelled or timed out); then the pool's
+        optional ``close()``."""
         self.sequential = True
         for holder, block_id in [(h, b) for b, t in self.ledger.open.items() for h in t.holders]:
             if holder in self.ledger.holders_of(block_id):
                 await self.op_release(holder, block_id)
         try:
-            if self.cancelled_served():
-                # The pool may still be serving a cancelled acquire: a worker of its own that
-                # takes a block just released for a caller who is gone gives it back within
-                # the settle bound, and the pool is read at rest after that.
+            if self.gave_up_served():
+                # The pool may still be serving an acquire that gave up: a worker of its own
+                # (or a stale queue entry) that takes a block just released for a caller who is
+                # gone gives it back within the settle bound; the pool is read at rest after that.
                 await self._sleep(self._settle_bound())
             await self.op_check_quiet()
             taken = [await self.op_acquire("harness", 0) for _ in range(self.num_blocks)]
