@@ -453,3 +453,71 @@ def test_a_failing_parametrised_method_of_a_test_class_is_a_failure_that_replays
         again = pytester.runpytest_subprocess("-p", "no:cacheprovider", *command[1:], timeout=120)
         assert "INTERNALERROR" not in again.stdout.str()
         again.assert_outcomes(failed=1)
+
+
+STUCK_POOL = """
+import threading
+
+
+class CondPool:
+    '''A free list under one Condition; only the calls the test below makes.'''
+
+    def __init__(self):
+        self._free = [0, 1]
+        self._cond = threading.Condition()
+
+    def acquire(self):
+        with self._cond:
+            self._cond.wait_for(lambda: self._free)
+            return self._free.pop()
+
+    def release(self, block):
+        with self._cond:
+            self._free.append(block)
+            self._cond.notify()
+"""
+
+STUCK_TEST = """
+import threading
+
+import pytest
+
+from stuckpool import CondPool
+
+
+def work(pool):
+    def worker():
+        for _ in range(2):
+            pool.release(pool.acquire())
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+@pytest.fixture(scope="module")
+def shared_pool():
+    return CondPool()
+
+
+def test_plain_first(shared_pool):
+    work(shared_pool)
+
+
+@pytest.mark.kvstress_explore(schedules=200, strategy="pct", seed=0)
+def test_explored(shared_pool):
+    work(shared_pool)
+"""
+
+
+def test_a_thread_stuck_on_a_wider_fixtures_real_lock_says_so(pytester: pytest.Pytester) -> None:
+    """A module-scoped pool that an earlier, unexplored test built holds a real Condition: a
+    controlled thread waiting on it while a parked one holds it is stuck, which read as a bare
+    StuckThread, and its replay (run alone, building the pool cooperatively) diverged (a blind
+    user's correct pool). The failure now names the fixture's real primitive and what to do."""
+    pytester.makepyfile(stuckpool=STUCK_POOL, test_stuck=STUCK_TEST)
+    result = _run(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    assert "the test's fixtures hold shared_pool._cond (a real threading.Condition)" in result.stdout.str()

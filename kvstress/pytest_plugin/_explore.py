@@ -87,6 +87,51 @@ def _refuse_fixture_threads(run: Run, test: Callable[..., Any]) -> None:
         )
 
 
+_REAL_PRIMITIVES = (
+    type(threading.Lock()),
+    type(threading.RLock()),
+    threading.Condition,
+    threading.Semaphore,
+    threading.Event,
+)
+
+
+def _real_primitives(fixtures: Mapping[str, Any]) -> list[str]:
+    """The fixture values, or their attributes, that are real threading primitives: made outside
+    the exploration (by a wider fixture, or before the test), where the test's modules were not
+    cooperative. A controlled thread that waits on one while a parked one holds it is stuck."""
+    found = []
+    for name, value in fixtures.items():
+        places = [(name, value)]
+        attributes = getattr(value, "__dict__", None)
+        if isinstance(attributes, dict):
+            places += [(f"{name}.{attribute}", inner) for attribute, inner in list(attributes.items())]
+        found += [
+            f"{where} (a real threading.{type(it).__name__.lstrip('_')})"
+            for where, it in places
+            if isinstance(it, _REAL_PRIMITIVES)
+        ]
+    return found
+
+
+def _stuck_on_real_primitives(failure: BaseException | None, fixtures: Mapping[str, Any]) -> None:
+    """A thread stuck in an explored test whose fixtures hold real threading primitives: said
+    on the failure, as the likely cause (a module-scoped pool that an earlier, unexplored test
+    built; its replay, run alone, builds it cooperatively and diverges: a blind user's)."""
+    from kvstress.controlled import StuckThread
+
+    if not isinstance(failure, StuckThread):
+        return
+    found = _real_primitives(fixtures)
+    if found:
+        failure.add_note(
+            f"{MARKER_NAME}: the test's fixtures hold {', '.join(found)}, made outside the "
+            "exploration (a fixture of a wider scope, set up by an earlier test, or before it): a "
+            "controlled thread that waits on one is stuck. Build the pool in a function-scoped "
+            "fixture or in the test."
+        )
+
+
 class ExploredTests:
     """The plugin object behind the marker and ``--kvstress-replay``; one per session."""
 
@@ -296,6 +341,7 @@ class ExploredTests:
             limit, modules = run.limit, run.modules
             outcome = search(fn, scheduler, limit, failure_types=_FAILURES, modules=modules, backend=backend)
             if outcome.failure is not None:
+                _stuck_on_real_primitives(outcome.failure, fixtures)
                 raise_failure(outcome, run.name, run.seed, run.limit, _replay_hint(item))
             self._passed(item, outcome.runs, run.name, run.seed)
 
@@ -341,6 +387,7 @@ class ExploredTests:
             hint = _replay_hint(item)
             if outcome.failure is not None:
                 run.done = True
+                _stuck_on_real_primitives(outcome.failure, fixtures)
                 raise_failure(replace(outcome, runs=run.runs), run.name, run.seed, run.limit, hint)
             if outcome.runs:
                 ran = replace(outcome, runs=run.runs, schedule=run.scheduler.schedule())
