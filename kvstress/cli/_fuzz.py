@@ -102,7 +102,13 @@ def run(args: argparse.Namespace) -> int:
     streams = [shard + shards * w for w in range(args.workers)]
     before = _reports_in(args.report_dir)
     with _terminated_as_interrupted() as terminated:
-        result = _supervised(job, streams)
+        try:
+            result = _supervised(job, streams)
+        except KeyboardInterrupt:
+            if not terminated:
+                raise
+            print("kvstress: interrupted", file=sys.stderr)  # one landed past the summary's making
+            return 128 + signal.SIGTERM
     if result.refused is not None:
         raise UsageError(_as_flags(result.refused))
     status = _say(result, args)
@@ -139,7 +145,11 @@ def _terminated_as_interrupted() -> Iterator[list[int]]:
 
     def interrupt(signum: int, frame: object) -> None:
         came.append(signum)
-        raise KeyboardInterrupt
+        if len(came) == 1:
+            # Once: GNU timeout signals the command and then its process group, so the run gets
+            # two at once, and the second, raised while the first unwound, lost the summary and
+            # the status (``kvstress: interrupted``, 130: a blind user's CI script, now and then).
+            raise KeyboardInterrupt
 
     try:
         previous = signal.signal(signal.SIGTERM, interrupt)
@@ -149,7 +159,9 @@ def _terminated_as_interrupted() -> Iterator[list[int]]:
     try:
         yield came
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        # Once one came, the process is on its way out: a later one must not kill it before the
+        # summary (the default action would, as the block ends).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if came else previous)
 
 
 def _size(text: str) -> int | None:
