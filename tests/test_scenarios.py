@@ -668,3 +668,28 @@ def test_a_thread_that_gives_up_before_the_deadline_is_still_early() -> None:
         config_for(DeadlineExecutorEarlyPool), RandomScheduler(seed=0), max_executions=200, shrink=False
     )
     assert result.failure is not None and result.failure.violation.invariant == "timeout-early"
+
+
+@pytest.mark.parametrize("pool", ["AnyioThreadWaitPool", "AnyioFailAfterPool"])
+@pytest.mark.parametrize("seed", range(2))
+def test_a_trio_run_lets_its_clock_run_while_a_thread_waits(pool: str, seed: int) -> None:
+    """On trio the run's clock stood still while work was out in a thread: a thread that waited
+    out the caller's timeout answered after 0 s (timeout-early), and fail_after around a thread's
+    wait never fired (hang), on every seed (blind users' pools, clean on asyncio)."""
+    from pools import anyio_thread
+
+    factory = getattr(anyio_thread, pool)
+    result = search(config_for(factory, backend="trio"), RandomScheduler(seed=seed), max_executions=40)
+    assert result.failure is None, result.failure.describe()
+
+
+def test_a_trio_pools_thread_that_keeps_a_gone_callers_block_is_still_found() -> None:
+    from pools.anyio_thread import AnyioThreadKeepsPool
+
+    result = search(
+        config_for(AnyioThreadKeepsPool, backend="trio"),
+        RandomScheduler(seed=0),
+        max_executions=300,
+        shrink=False,
+    )
+    assert result.failure is not None and result.failure.violation.invariant == "lost-block"

@@ -423,14 +423,17 @@ def sleep(secs: float) -> None:
 def excused_seconds() -> float:
     """Virtual seconds the calling controlled thread spent runnable while time jumped for a
     sleeper (``ThreadController``); on a controlled event loop, the seconds it jumped for a timer
-    fired early while callbacks were ready (``ControlledEventLoop.kv_excused``); 0.0 otherwise."""
+    fired early while callbacks were ready (``ControlledEventLoop.kv_excused``); in a trio run,
+    the seconds its clock ran with real time (``trio_real_seconds``); 0.0 otherwise."""
     _, me = _here()
     if me is not None:
         return me.excused
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        return 0.0
+        from kvstress.controlled._thread_work import trio_real_seconds
+
+        return trio_real_seconds()  # a trio run's clock, while it ran with real time
     excused = getattr(loop, "kv_excused", 0.0)
     return excused if isinstance(excused, float) else 0.0
 

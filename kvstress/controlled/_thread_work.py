@@ -41,7 +41,8 @@ _lock = threading.Lock()
 _running = 0  # controlled runs going on now, in any thread
 _real: dict[str, _AsyncFn] = {}  # module name -> its run_sync, while wrapped
 _trio_work: dict[object, int] = {}  # trio run (its token) -> calls out in threads
-_trio_jumps: dict[object, float] = {}  # trio run -> its MockClock's autojump threshold, while off
+_trio_jumps: dict[object, tuple[float, float]] = {}  # trio run -> its MockClock's autojump, rate
+_trio_real: dict[object, list[Any]] = {}  # trio run -> [seconds its clock ran with real time, since when]
 _real_submit: list[Callable[..., Future[Any]]] = []  # ThreadPoolExecutor.submit, while wrapped
 
 
@@ -138,8 +139,11 @@ def _counting() -> Iterator[None]:
 
 def _trio_out(token: object, change: int) -> None:
     """Count a call out (+1) or back (-1). While any is out, a ``MockClock`` does not jump
-    (a jump to the next deadline would fire it while the thread works): the first out turns
-    its autojump off, the last back restores it. Runs in the trio run's own thread."""
+    (a jump to the next deadline would fire it while the thread works) and runs with real time
+    (the thread works and waits on the real clock: a thread that kept a caller's 0.2 s timeout
+    answered after 0 s of virtual time, timeout-early, and a ``fail_after`` around a thread's
+    wait never fired, a hang; blind users' correct pools): the first out turns its autojump
+    off and its rate to 1, the last back restores both. Runs in the trio run's own thread."""
     with _lock:
         before = _trio_work.get(token, 0)
         after = before + change
@@ -151,10 +155,35 @@ def _trio_out(token: object, change: int) -> None:
     if clock is None:
         return
     if before == 0:
-        _trio_jumps[token] = clock.autojump_threshold
+        if token not in _trio_real:
+            _trio_real.clear()  # a new run: the runs before it are over
+        # Read while the clock stands still, before it runs and after it stops: the credit is
+        # exactly the virtual time it ran, on the clock the checks measure with.
+        _trio_real.setdefault(token, [0.0, None])[1] = clock.current_time()
+        _trio_jumps[token] = (clock.autojump_threshold, clock.rate)
         clock.autojump_threshold = math.inf
+        clock.rate = 1.0
     elif after == 0:
-        clock.autojump_threshold = _trio_jumps.pop(token, clock.autojump_threshold)
+        saved = _trio_jumps.pop(token, (clock.autojump_threshold, clock.rate))
+        clock.autojump_threshold, clock.rate = saved
+        followed = _trio_real.get(token)
+        if followed is not None and followed[1] is not None:
+            followed[0] += clock.current_time() - followed[1]
+            followed[1] = None
+
+
+def trio_real_seconds() -> float:
+    """Seconds the trio run in progress (in this thread) has let its clock run with real time,
+    while work was out in threads (``_trio_out``): real time comes with a real clock's jitter (a
+    timed wait ends a fraction of a millisecond late), which the checks credit to the operations
+    in flight, as a controlled asyncio loop's ``kv_excused``. 0.0 outside a trio run."""
+    token = _trio_token()
+    followed = _trio_real.get(token) if token is not None else None
+    if followed is None:
+        return 0.0
+    since = followed[1]
+    clock = _mock_clock() if since is not None else None
+    return followed[0] + (clock.current_time() - since if clock is not None and since is not None else 0.0)
 
 
 def _mock_clock() -> Any:

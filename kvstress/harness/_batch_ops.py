@@ -81,8 +81,9 @@ class BatchOperations(Operations):
     async def op_acquire_many(self, holder: str, n: int, timeout: float | None) -> list[int] | None:
         """acquire_many, then: None, or n distinct valid ids nobody holds, each ACQUIRED with
         refcount 1 and zeros; timing as acquire's; alone, a try-once with n free is not None."""
+        excused0 = self._excused_now()  # first: see ``op_acquire``
         index = self.history.begin(holder, "acquire_many", {"n": n, "timeout": timeout}, self._stamp())
-        start, excused0, real0 = self._now(), self._excused_now(), time.perf_counter()
+        start, real0 = self._now(), time.perf_counter()
         blocks = await self._call(index, "acquire_many", self.pool.acquire_many, n, timeout)
         returned = self._stamp()  # before the blocks' fields are read (see ``op_acquire``)
         elapsed = self._now() - start

@@ -60,8 +60,14 @@ class Operations:
 
     async def op_acquire(self, holder: str, timeout: float | None) -> int | None:
         """acquire, then: a valid id nobody holds, ACQUIRED, refcount 1, zeros, timing."""
+        # The excused count is read first and last, around the clock's reads (the history's stamps
+        # included): where the clock runs on between two reads (a trio run following real time
+        # while a thread works), the time excused then covers the time measured, never a
+        # microsecond less (a try-once was late, a waiter read as waiting beside a free block).
+        excused0 = self._excused_now()
         index = self.history.begin(holder, "acquire", {"timeout": timeout}, self._stamp())
-        cpu0, start, excused0, releases0 = self._cpu(), self._now(), self._excused_now(), self.release_calls
+        cpu0, releases0 = self._cpu(), self.release_calls
+        start = self._now()
         real0 = time.perf_counter()
         block, suspensions = await self._call(index, "acquire", self.pool.acquire, timeout, count=True)
         # The call's end, before the block's fields are read: a property is the pool's code,

@@ -1,0 +1,87 @@
+"""anyio pools whose waiting is done in a worker thread (``anyio.to_thread.run_sync``,
+``abandon_on_cancel=True``), run on trio: the thread keeps the caller's timeout, or the caller
+keeps it with ``anyio.fail_after`` around a thread that waits until told the caller is gone.
+
+Correct. On trio the run's clock stood still while the thread worked: a thread that waited out
+a 0.2 s timeout answered after 0 s of virtual time (``timeout-early``), and a ``fail_after``
+around the thread's wait never fired (``hang``: blind users' pools, clean on asyncio).
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.to_thread
+
+from pools.deadline_thread import DeadlineExecutorPool, Request
+from pools.late_cancel import _Block
+
+
+class AnyioThreadWaitPool(DeadlineExecutorPool):
+    """The thread waits on the pool's Condition for at most the caller's timeout."""
+
+    def _wait_for(self, request: Request, timeout: float | None) -> _Block | None:  # the thread
+        with self._cond:
+            self._cond.wait_for(lambda: self._free or request["dead"], timeout)
+            if request["dead"] or not self._free:
+                if self._free:
+                    self._cond.notify()  # the wake-up it may have taken goes on
+                return None
+            request["block"] = self._take()
+            return request["block"]
+
+    async def acquire(self, timeout: float | None = None) -> _Block | None:
+        with self._cond:
+            if self._free:
+                return self._take()
+        if timeout == 0:
+            return None
+        request: Request = {"dead": False, "block": None}
+        try:
+            return await self._wait(request, timeout)
+        except BaseException:
+            with self._cond:
+                request["dead"] = True
+                block = request["block"]
+                self._cond.notify_all()
+            if block is not None:
+                self._give_back(block)
+            raise
+
+    async def _wait(self, request: Request, timeout: float | None) -> _Block | None:  # type: ignore[override]
+        return await anyio.to_thread.run_sync(self._wait_for, request, timeout, abandon_on_cancel=True)
+
+
+class AnyioFailAfterPool(AnyioThreadWaitPool):
+    """The caller keeps the timeout: ``fail_after`` around a thread that waits until told."""
+
+    async def _wait(self, request: Request, timeout: float | None) -> _Block | None:  # type: ignore[override]
+        try:
+            with anyio.fail_after(timeout):
+                return await anyio.to_thread.run_sync(self._wait_for, request, None, abandon_on_cancel=True)
+        except TimeoutError:
+            with self._cond:
+                request["dead"] = True
+                block = request["block"]
+                self._cond.notify_all()
+            if block is not None:
+                self._give_back(block)
+            return None
+
+
+class AnyioThreadKeepsPool(AnyioThreadWaitPool):
+    """BUG: a block the thread took for a caller that is gone is kept, not given back."""
+
+    async def acquire(self, timeout: float | None = None) -> _Block | None:
+        with self._cond:
+            if self._free:
+                return self._take()
+        if timeout == 0:
+            return None
+        request: Request = {"dead": False, "block": None}
+        try:
+            return await self._wait(request, timeout)
+        except BaseException:
+            with self._cond:
+                request["dead"] = True
+                self._cond.notify_all()
+            raise
