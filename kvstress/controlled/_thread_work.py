@@ -181,9 +181,9 @@ def trio_real_seconds() -> float:
     followed = _trio_real.get(token) if token is not None else None
     if followed is None:
         return 0.0
-    since = followed[1]
+    total, since = float(followed[0]), followed[1]
     clock = _mock_clock() if since is not None else None
-    return followed[0] + (clock.current_time() - since if clock is not None and since is not None else 0.0)
+    return total + (float(clock.current_time()) - since if clock is not None else 0.0)
 
 
 def _mock_clock() -> Any:
