@@ -8,6 +8,7 @@ session runs in a subprocess so the installed ``pytest11`` entry point loads.
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -179,7 +180,9 @@ def test_marked_tests_fail_with_a_replayable_schedule_and_pass_with_a_count(
     same way; fixed ones report a count; their unmarked twins pass; a bad marker argument fails
     its test in one line, as does the marker on a Hypothesis test."""
     _suite(pytester)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--strict-markers", "--junitxml=junit.xml"
+    )
     result.assert_outcomes(passed=7, failed=7)
     out = result.stdout.str()
     for name in ("asyncio_racy", "anyio_racy[asyncio]", "threads_racy", "bad_marker"):
@@ -201,6 +204,16 @@ def test_marked_tests_fail_with_a_replayable_schedule_and_pass_with_a_count(
     assert "test_seats.py::test_anyio_racy[trio]: explored 200 schedules (strategy 'random', seed 3)" in out
     assert "kvstress_explore: schedules must be an int >= 1, got 0 (int)" in out
     assert "kvstress_explore: does not combine with Hypothesis' @given" in out
+    # JUnit: a failing schedule's own properties (a CI parser found them only in the text).
+    cases = {
+        case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    }
+    properties = {p.get("name"): p.get("value") for p in cases["test_threads_racy"].iter("property")}
+    assert properties["kvstress_schedule"] == replays["test_seats.py::test_threads_racy"]
+    assert properties["kvstress_replay"].startswith("pytest --kvstress-replay=ks1:")
+    assert "kvstress_invariant" not in properties  # the test's own assertion, no violation
+    fixed = {p.get("name"): p.get("value") for p in cases["test_threads_fixed"].iter("property")}
+    assert fixed == {"kvstress_schedules": "30"}
     nodeid = "test_seats.py::test_asyncio_racy"
     again = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", f"--kvstress-replay={replays[nodeid]}", nodeid
@@ -451,3 +464,22 @@ def test_a_race_in_the_users_own_module_is_found_without_naming_it(pytester: pyt
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(failed=1)
     assert "[lost-block]" in result.stdout.str()
+
+
+def test_a_failing_schedule_of_a_violation_names_its_invariant_in_junit() -> None:
+    """``kvstress_invariant`` beside the schedule and the replay command, for a violation (in an
+    exception group too: a task group's)."""
+    from types import SimpleNamespace
+
+    from kvstress import InvariantViolation
+    from kvstress.explorer._run import Outcome
+    from kvstress.pytest_plugin._explore import _failure_properties
+
+    item = SimpleNamespace(user_properties=[])
+    found = BaseExceptionGroup("tasks", [InvariantViolation("lost-block", "block 1 leaked")])
+    _failure_properties(item, Outcome(3, exhausted=False, failure=found, schedule=None), "pytest --r={} x")  # type: ignore[arg-type]
+    assert item.user_properties == [
+        ("kvstress_schedule", "None"),
+        ("kvstress_replay", "pytest --r=None x"),
+        ("kvstress_invariant", "lost-block"),
+    ]

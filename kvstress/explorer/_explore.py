@@ -115,7 +115,7 @@ def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay
         raise failure  # how explore was called, not a schedule of the code
     # A violation inside an exception group (a task group's: anyio's, asyncio.TaskGroup) is
     # detailed on itself, where the group's traceback shows it.
-    for violation in _violations_in(failure):
+    for violation in violations_in(failure):
         if violation.history:
             # No report file for an explored test: its history and blocks go into the failure
             # itself (after the message, which the exception shows already: an acquire stack).
@@ -126,10 +126,10 @@ def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay
     raise failure
 
 
-def _violations_in(error: BaseException) -> list[InvariantViolation]:
+def violations_in(error: BaseException) -> list[InvariantViolation]:
     """``error`` if it is a violation, and each one an exception group holds, nested or not."""
     if isinstance(error, InvariantViolation):
         return [error]
     if isinstance(error, BaseExceptionGroup):
-        return [found for inner in error.exceptions for found in _violations_in(inner)]
+        return [found for inner in error.exceptions for found in violations_in(inner)]
     return []

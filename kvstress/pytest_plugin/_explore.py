@@ -342,6 +342,7 @@ class ExploredTests:
             outcome = search(fn, scheduler, limit, failure_types=_FAILURES, modules=modules, backend=backend)
             if outcome.failure is not None:
                 _stuck_on_real_primitives(outcome.failure, fixtures)
+                _failure_properties(item, outcome, _replay_hint(item))
                 raise_failure(outcome, run.name, run.seed, run.limit, _replay_hint(item))
             self._passed(item, outcome.runs, run.name, run.seed)
 
@@ -388,6 +389,7 @@ class ExploredTests:
             if outcome.failure is not None:
                 run.done = True
                 _stuck_on_real_primitives(outcome.failure, fixtures)
+                _failure_properties(item, outcome, hint)
                 raise_failure(replace(outcome, runs=run.runs), run.name, run.seed, run.limit, hint)
             if outcome.runs:
                 ran = replace(outcome, runs=run.runs, schedule=run.scheduler.schedule())
@@ -431,6 +433,7 @@ class ExploredTests:
             failed = Outcome(run.runs, exhausted=False, failure=cause, schedule=scheduler.schedule())
             # The schedule ends here (a replay holds no more choices): the teardown runs in order.
             run.loop.scheduler = _InOrder()
+            _failure_properties(item, failed, hint)
             raise_failure(failed, run.name, run.seed, run.limit, hint)
             raise  # not reached: raise_failure raises
         except BaseException:
@@ -524,6 +527,20 @@ def _wants_our_loop(metafunc: pytest.Metafunc) -> bool:
         except ValueError:
             scope = "function"
     return scope == "function"
+
+
+def _failure_properties(item: pytest.Function, outcome: Any, hint: str) -> None:
+    """A failing schedule's JUnit properties, for a CI that reads them: ``kvstress_schedule``,
+    ``kvstress_replay`` and, for a violation, ``kvstress_invariant`` (a blind user's parser found
+    them only in the failure's text)."""
+    from kvstress.explorer._explore import violations_in
+
+    schedule = str(outcome.schedule)
+    item.user_properties.append(("kvstress_schedule", schedule))
+    item.user_properties.append(("kvstress_replay", hint.format(schedule)))
+    found = violations_in(outcome.failure) if outcome.failure is not None else []
+    if found:
+        item.user_properties.append(("kvstress_invariant", found[0].invariant))
 
 
 def _nothing(**fixtures: Any) -> None:
