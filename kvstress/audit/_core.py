@@ -123,6 +123,7 @@ class AuditCore:
         self._stack_limit = stack_limit
         self._quiet = QuietCheck(self, queue_check_every)
         self._first: InvariantViolation | None = None
+        self._found: weakref.WeakSet[InvariantViolation] = weakref.WeakSet()  # every one raised
         self._closed = False
         self.cut_short: str | None = None
         """Set when a call was stopped midway by no error of the pool's (``stops_a_call``): the
@@ -439,6 +440,7 @@ class AuditCore:
         if self._first is None:
             self._first = found
             _record(found)
+        self._found.add(found)
         return found
 
     def close(self) -> None:
@@ -460,7 +462,9 @@ class AuditCore:
             return False
         self._closed = True
         first = self._first
-        if first is not None and first in _SHOWN:
+        if any(found in _SHOWN for found in list(self._found)):
+            # One of this audit's violations failed the test already (the first, or a later one
+            # the code raised after swallowing the first: the same finding, shown twice before).
             return False
         if first is not None:
             raise InvariantViolation(
