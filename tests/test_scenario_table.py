@@ -7,17 +7,21 @@ from kvstress.scenarios import interleaving_table
 
 
 def test_rows_follow_returns_and_mark_operations_in_flight() -> None:
-    """Each operation sits in its worker's column at its return; others in flight show as |."""
+    """Each operation sits in its worker's column at its return; others in flight show their
+    call the first time (a bar alone did not say which call it was: a blind user's), then |."""
     history = [
         Operation(0, "b0", "acquire", {"timeout": 0.05}, 0.0, 0.3, "ok", 1),
         Operation(1, "b1", "acquire", {"timeout": 0.0}, 0.1, 0.2, "info", None),
-        Operation(2, "b1", "release", {"block": 1}, 0.4, None, "pending"),
+        Operation(2, "b1", "acquire", {"timeout": 0.0}, 0.21, 0.25, "info", None),
+        Operation(3, "b1", "release", {"block": 1}, 0.4, None, "pending"),
     ]
     lines = interleaving_table(history, ["b0", "b1"]).splitlines()
     assert lines[0].split("|")[1].strip() == "b0"
-    assert lines[2] == "| " + "|".ljust(30) + " | " + "acquire(0) -> None (info)".ljust(30) + " |"
-    assert lines[3].split("|")[1].strip() == "acquire(0.05) -> 1"
-    assert lines[4].split("|")[2].strip() == "release(1) ..."
+    gave_up = "acquire(0) -> None (info)".ljust(30)
+    assert lines[2] == "| " + "acquire(0.05) ...".ljust(30) + " | " + gave_up + " |"
+    assert lines[3] == "| " + "|".ljust(30) + " | " + gave_up + " |"
+    assert lines[4].split("|")[1].strip() == "acquire(0.05) -> 1"
+    assert lines[5].split("|")[2].strip() == "release(1) ..."
 
 
 def test_the_failing_operation_is_marked_and_what_followed_is_cut() -> None:

@@ -3,7 +3,8 @@
 Each row is one operation, written in its worker's column when it returned (or, for one that
 never did, where it began), so reading down the table is reading the interleaving. A result
 that came back while other operations of other workers were in flight is how a race looks:
-the ``|`` marks in the other columns show which were. A cell longer than its column wraps onto
+the other columns show which were, each call the first time (``release(0) ...``), then ``|``
+marks until its own row. A cell longer than its column wraps onto
 more lines of the same row: nothing is cut.
 
 With the failing run's switch points (``Switch``), the table ends with where each worker was
@@ -46,10 +47,14 @@ def interleaving_table(
         key=lambda op: op.end if op.end is not None else op.start,
     )
     lines = _row(columns) + _row(["-" * _CELL] * len(columns))
+    begun: set[int] = set()  # the operations whose call a row has shown as begun
     for op in events:
         at = op.end if op.end is not None else op.start
         in_flight = _columns_ops(history, columns, at)
-        cells = ["|" if other.worker != op.worker and _in_flight(other, at) else "" for other in in_flight]
+        cells = [
+            _in_flight_cell(other, begun) if other.worker != op.worker and _in_flight(other, at) else ""
+            for other in in_flight
+        ]
         cells[index[op.worker]] = cell_text(op)
         row = _row(cells)
         if op.index == failed:
@@ -59,6 +64,15 @@ def interleaving_table(
         lines.append("switch points (where each worker was paused when another ran):")
         lines += [f"  {n}. {switch.describe()}" for n, switch in enumerate(switches, 1)]
     return "\n".join(lines)
+
+
+def _in_flight_cell(op: Operation, begun: set[int]) -> str:
+    """``op``'s cell in a row while it is in flight: its call, the first time (``release(0)
+    ...``), then ``|``: a bar alone did not say which call it was (a blind user's reading)."""
+    if op.index in begun:
+        return "|"
+    begun.add(op.index)
+    return f"{call_text(op)} ..."
 
 
 def _cut(history: Sequence[Operation], failed: int) -> list[Operation]:
