@@ -235,7 +235,8 @@ def _say(result: Supervised, args: argparse.Namespace) -> int:
     what = "interrupted" if outcome.interrupted else "no violation found"
     each = f" (per worker: {', '.join(map(str, result.per_worker))})" if len(result.per_worker) > 1 else ""
     print(
-        f"{what}: {outcome.executions} executions{each}, {outcome.operations} operations in "
+        f"{what}: {outcome.executions} execution{'' if outcome.executions == 1 else 's'}{each}, "
+        f"{outcome.operations} operations in "
         f"{outcome.elapsed_s:.1f} s ({args.pool})"
     )
     return 130 if outcome.interrupted else 0

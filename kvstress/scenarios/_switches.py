@@ -198,7 +198,7 @@ def _lookup() -> Lookup | None:
     def task(lane: int) -> tuple[str, list[FrameType]]:
         found = loop.task_of_lane(lane)
         if found is None:
-            return ("the loop's callbacks" if lane == 0 else f"task {lane}"), []
+            return ("a callback of the loop" if lane == 0 else f"task {lane}"), []
         return found.get_name(), _awaited_frames(found)
 
     return task
