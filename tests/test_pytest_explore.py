@@ -242,7 +242,8 @@ def test_a_bad_replay_string_is_a_usage_error(pytester: pytest.Pytester) -> None
 
 def test_a_replay_with_several_explored_tests_selected_is_a_usage_error(pytester: pytest.Pytester) -> None:
     """A schedule is one test's: with several marked tests selected, each other one ran it and
-    failed with a divergence of its own. Refused at the start, naming them; one named test runs."""
+    failed with a divergence of its own; with none, nothing was replayed and the run passed.
+    Refused at the start, naming them; one named test runs."""
     pytester.makepyfile(
         test_two="""
 import pytest
@@ -268,6 +269,11 @@ def test_b():
     )
     one.assert_outcomes(passed=1)
     assert "explored 1 schedule (strategy 'replay'" in one.stdout.str()
+    none = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--kvstress-replay={schedule}", "test_two.py::test_a", "-k", "not test_a"
+    )
+    assert none.ret == pytest.ExitCode.USAGE_ERROR
+    assert "but none is selected: name it" in none.stderr.str()
 
 
 NEVER_ENDS = """

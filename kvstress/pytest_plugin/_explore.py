@@ -163,11 +163,18 @@ class ExploredTests:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """``--kvstress-replay`` replays one test's schedule: with several marked tests selected,
-        every other one ran that schedule and failed with a divergence of its own. Refused at
-        the start, naming them."""
+        every other one ran that schedule and failed with a divergence of its own; with none,
+        nothing was replayed and the run passed. Refused at the start, naming them."""
         if self._replay is None:
             return
         marked = [item.nodeid for item in items if item.get_closest_marker(MARKER_NAME) is not None]
+        if not marked:
+            # A mistyped or unmarked test replayed nothing, and the run passed (a blind user's CI).
+            raise pytest.UsageError(
+                f"--kvstress-replay replays the schedule of a {MARKER_NAME} test, but none is "
+                f"selected: name it, as the failure's replay line does "
+                f"(pytest --kvstress-replay={self._replay} path/to/test_file.py::test_name)"
+            )
         if len(marked) > 1:
             shown = ", ".join(marked[:3]) + (f" and {len(marked) - 3} more" if len(marked) > 3 else "")
             raise pytest.UsageError(
