@@ -39,12 +39,7 @@ class AnyioThreadWaitPool(DeadlineExecutorPool):
         try:
             return await self._wait(request, timeout)
         except BaseException:
-            with self._cond:
-                request["dead"] = True
-                block = request["block"]
-                self._cond.notify_all()
-            if block is not None:
-                self._give_back(block)
+            self._caller_gone(request)
             raise
 
     async def _wait(self, request: Request, timeout: float | None) -> _Block | None:  # type: ignore[override]
@@ -59,29 +54,14 @@ class AnyioFailAfterPool(AnyioThreadWaitPool):
             with anyio.fail_after(timeout):
                 return await anyio.to_thread.run_sync(self._wait_for, request, None, abandon_on_cancel=True)
         except TimeoutError:
-            with self._cond:
-                request["dead"] = True
-                block = request["block"]
-                self._cond.notify_all()
-            if block is not None:
-                self._give_back(block)
+            self._caller_gone(request)
             return None
 
 
 class AnyioThreadKeepsPool(AnyioThreadWaitPool):
     """BUG: a block the thread took for a caller that is gone is kept, not given back."""
 
-    async def acquire(self, timeout: float | None = None) -> _Block | None:
+    def _caller_gone(self, request: Request) -> None:
         with self._cond:
-            if self._free:
-                return self._take()
-        if timeout == 0:
-            return None
-        request: Request = {"dead": False, "block": None}
-        try:
-            return await self._wait(request, timeout)
-        except BaseException:
-            with self._cond:
-                request["dead"] = True
-                self._cond.notify_all()
-            raise
+            request["dead"] = True
+            self._cond.notify_all()

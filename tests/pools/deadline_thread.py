@@ -74,13 +74,17 @@ class DeadlineExecutorPool:
         try:
             return await loop.run_in_executor(self._executor, self._wait_until, deadline, request)
         except BaseException:
-            with self._cond:
-                request["dead"] = True
-                block = request["block"]
-                self._cond.notify_all()
-            if block is not None:
-                self._give_back(block)
+            self._caller_gone(request)
             raise
+
+    def _caller_gone(self, request: Request) -> None:
+        """The caller gave up: its thread is told, and a block taken for it goes back."""
+        with self._cond:
+            request["dead"] = True
+            block = request["block"]
+            self._cond.notify_all()
+        if block is not None:
+            self._give_back(block)
 
     def _give_back(self, block: _Block) -> None:
         block.data.zero_()
