@@ -454,6 +454,9 @@ def test_an_audited_violation_that_failed_the_test_is_not_raised_again_at_teardo
     pytester.makepyfile(test_audited=AUDITED_FIXTURE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=3, errors=1)
+    # The traceback ends at the test's own call: the audit's frames are hidden (a blind user read
+    # forty lines of the audit's source above the finding).
+    assert "audit/_core.py" not in result.stdout.str() and "audit/_threaded.py" not in result.stdout.str()
     out = result.stdout.str()
     assert "ERROR test_audited.py::test_swallowed" in out
     assert "found earlier, at the faulty call" in out

@@ -37,6 +37,9 @@ in the next holder's data; only that holder's own checks can see it); a write of
 where the pool resets on acquire instead of on release (the reset erases it before the audit
 looks); writes into memory the pool has given back (a tiered pool's shrunk segment: nobody
 can read it any more); and calls made on the pool itself rather than through the audit.
+
+The proxy's methods set ``__tracebackhide__``: under pytest a failing test's traceback ends at the
+test's own call, not in the audit's source (``--full-trace`` shows it all).
 """
 
 from kvstress.audit._async import AsyncAuditedPool as AsyncAuditedPool

@@ -43,13 +43,16 @@ class AsyncAuditedPool(AuditCore):
             self.mark_in_use = self._mark_in_use_awaited  # type: ignore[method-assign,assignment]
 
     async def _retain_awaited(self, block: AuditedBlock) -> None:
+        __tracebackhide__ = True
         await self._use_awaited(block, "retain")
 
     async def _mark_in_use_awaited(self, block: AuditedBlock) -> None:
+        __tracebackhide__ = True
         await self._use_awaited(block, "mark_in_use")
 
     async def _use_awaited(self, block: AuditedBlock, name: str) -> None:
         """``retain`` or ``mark_in_use`` where the pool's is a coroutine."""
+        __tracebackhide__ = True
         lease, op = self._begin_use(block, name)
         try:
             await getattr(self.pool, name)(lease.inner)
@@ -63,6 +66,7 @@ class AsyncAuditedPool(AuditCore):
 
     async def acquire(self, timeout: float | None = None) -> AuditedBlock | None:
         """The pool's acquire; the block must be nobody's and all zero."""
+        __tracebackhide__ = True
         op, holder = self._begin_acquire(timeout)
         try:
             inner = await _maybe(self.pool.acquire(timeout))
@@ -80,6 +84,7 @@ class AsyncAuditedPool(AuditCore):
         return self._acquire_many
 
     async def _acquire_many(self, n: int, timeout: float | None = None) -> list[AuditedBlock] | None:
+        __tracebackhide__ = True
         op, holder = self._begin_acquire_many(n, timeout)
         try:
             inners = await _maybe(self.pool.acquire_many(n, timeout))
@@ -90,6 +95,7 @@ class AsyncAuditedPool(AuditCore):
 
     async def release(self, block: AuditedBlock) -> bool:
         """The pool's release, refused (InvariantViolation) through a stale handle."""
+        __tracebackhide__ = True
         lease, op = self._begin_release(block)
         try:
             returned = await _maybe(self.pool.release(lease.inner))
@@ -102,6 +108,7 @@ class AsyncAuditedPool(AuditCore):
     async def release_many(self, blocks: Sequence[AuditedBlock]) -> list[bool]:
         """Each block released as ``release`` would, with the pool's own ``release_many`` where it
         has one (one call, so one reset for all); a stale handle refuses the whole call."""
+        __tracebackhide__ = True
         self.check_open("release_many")
         many = getattr(self.pool, "release_many", None)
         if many is None:
@@ -119,6 +126,7 @@ class AsyncAuditedPool(AuditCore):
 
     def retain(self, block: AuditedBlock) -> None:
         """The pool's retain, refused (InvariantViolation) through a stale handle."""
+        __tracebackhide__ = True
         lease, op = self._begin_use(block, "retain")
         try:
             self.pool.retain(lease.inner)
@@ -129,6 +137,7 @@ class AsyncAuditedPool(AuditCore):
 
     def mark_in_use(self, block: AuditedBlock) -> None:
         """The pool's mark_in_use, refused (InvariantViolation) through a stale handle."""
+        __tracebackhide__ = True
         lease, op = self._begin_use(block, "mark_in_use")
         try:
             self.pool.mark_in_use(lease.inner)
@@ -152,6 +161,7 @@ class AsyncAuditedPool(AuditCore):
     async def block(self, timeout: float | None = None) -> AsyncIterator[AuditedBlock]:
         """``async with audited.block(timeout) as b:`` acquires, and always releases, through the
         audit. Raises PoolExhausted when no block comes within ``timeout``."""
+        __tracebackhide__ = True
         acquired = await self.acquire(timeout)
         if acquired is None:
             raise PoolExhausted(f"no free block within {timeout} s ({self.num_blocks} blocks, all held)")
@@ -167,6 +177,7 @@ class AsyncAuditedPool(AuditCore):
         )
 
     def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ always raises
+        __tracebackhide__ = True
         return None
 
     async def aclose(self) -> None:
@@ -174,6 +185,7 @@ class AsyncAuditedPool(AuditCore):
         blocks released through the audit that the pool has not queued yet (a reset task or
         thread may finish a release after it returned): ``lost-block`` for those that never
         arrive. ``async with`` ends with it; a plain ``close()`` cannot wait, and leaves them."""
+        __tracebackhide__ = True
         if not self._close_checks():
             return
         missing = self.not_back()
@@ -194,6 +206,7 @@ class AsyncAuditedPool(AuditCore):
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
+        __tracebackhide__ = True
         if kind is None:
             await self.aclose()
         else:

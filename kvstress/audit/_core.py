@@ -138,6 +138,7 @@ class AuditCore:
     # -- acquire --------------------------------------------------------------------------------
 
     def _begin_acquire(self, timeout: Any) -> tuple[Op, str]:
+        __tracebackhide__ = True
         if self._closed:
             self.check_open("acquire")
         holder = self._holder()
@@ -146,6 +147,7 @@ class AuditCore:
 
     def _end_acquire(self, op: Op, holder: str, inner: Any) -> AuditedBlock | None:
         """Record what acquire returned; check it is nobody's block and that its memory is zero."""
+        __tracebackhide__ = True
         ledger = self._ledger
         if inner is None:
             with ledger.lock:
@@ -170,6 +172,7 @@ class AuditCore:
         self, call: str, holder: str, inner: Any, lease: Lease, clash: Lease | None, previous: Lease | None
     ) -> AuditedBlock:
         """A block ``call`` handed out, checked: nobody else's, and all zero."""
+        __tracebackhide__ = True
         if clash is not None:
             raise self.violation(
                 "shared-block",
@@ -184,6 +187,7 @@ class AuditCore:
         return AuditedBlock(self, lease)
 
     def _begin_acquire_many(self, n: Any, timeout: Any) -> tuple[Op, str]:
+        __tracebackhide__ = True
         if self._closed:
             self.check_open("acquire_many")
         holder = self._holder()
@@ -193,6 +197,7 @@ class AuditCore:
     def _end_acquire_many(self, op: Op, holder: str, inners: Any) -> list[AuditedBlock] | None:
         """Record what acquire_many returned: None, or ``n`` blocks, each checked as ``acquire``
         checks its block (nobody's, all zero)."""
+        __tracebackhide__ = True
         ledger = self._ledger
         if inners is None:
             with ledger.lock:
@@ -213,6 +218,7 @@ class AuditCore:
 
     def _failed(self, op: Op, error: BaseException) -> None:
         """A pool call raised (or was cancelled): record it; the error goes on to the caller."""
+        __tracebackhide__ = True
         outcome = "raised" if isinstance(error, Exception) else "info"
         if self.cut_short is None and stops_a_call(error):
             self.cut_short = f"{op[1]}'s {op[2]} was stopped midway by {type(error).__name__}"
@@ -224,6 +230,7 @@ class AuditCore:
     def _begin_release(self, block: object, name: str = "release") -> tuple[Lease, Op]:
         """Give up the reference (a holder gives it up when it *calls* release); refuse a stale
         handle before the pool sees it, so the block's next holder is never touched."""
+        __tracebackhide__ = True
         if self._closed:
             self.check_open(name)
         lease = self._lease_of(block)
@@ -238,6 +245,7 @@ class AuditCore:
 
     def _end_release(self, lease: Lease, op: Op, returned: Any) -> None:
         """Check the pool's answer against the lease; note whether the memory reads as reset."""
+        __tracebackhide__ = True
         ledger = self._ledger
         problem: tuple[str, str] | None = None
         with ledger.lock:
@@ -261,6 +269,7 @@ class AuditCore:
 
     def _release_answer(self, lease: Lease, returned: Any) -> tuple[str, str] | None:
         """A release answers True once per lease, for its last reference (ledger lock held)."""
+        __tracebackhide__ = True
         if returned is True:
             if lease.answered_true == 1 and lease.refs == 0:
                 return None
@@ -291,6 +300,7 @@ class AuditCore:
         return None
 
     def _begin_many(self, blocks: Sequence[object]) -> list[tuple[Lease, Op]]:
+        __tracebackhide__ = True
         begun: list[tuple[Lease, Op]] = []
         try:
             for block in blocks:
@@ -307,6 +317,7 @@ class AuditCore:
     def _release_raised(self, lease: Lease, op: Op, error: BaseException) -> None:
         """A release that raised or was cancelled: if the pool shows it never took effect (the
         block still held, with a reference for it), the holder keeps that reference."""
+        __tracebackhide__ = True
         try:
             untouched = lease.inner.state in HELD_STATES and lease.inner.refcount > lease.refs
         except Exception:
@@ -323,6 +334,7 @@ class AuditCore:
 
     def _begin_use(self, block: object, name: str) -> tuple[Lease, Op]:
         """Before retain or mark_in_use: the handle must hold a reference."""
+        __tracebackhide__ = True
         if self._closed:
             self.check_open(name)
         lease = self._lease_of(block)
@@ -337,6 +349,7 @@ class AuditCore:
         raise self._stale(lease, holder, name)
 
     def _end_use(self, lease: Lease, op: Op, name: str) -> None:
+        __tracebackhide__ = True
         holder = op[1]  # who called: recorded as the call began
         ledger = self._ledger
         with ledger.lock:
@@ -365,6 +378,7 @@ class AuditCore:
         """A retain or mark_in_use that raised: when the lease ended while it ran, the pool
         refused a block its last reference had just freed, and the caller's race is the finding
         (raised from the pool's error). Otherwise the error goes on to the caller."""
+        __tracebackhide__ = True
         self._failed(op, error)
         with self._ledger.lock:
             if name == "retain":
@@ -386,6 +400,7 @@ class AuditCore:
         """Refuse a protocol call once ``close()`` has run: the audit's verdict is given, and a
         call the audit no longer checks must not pass for an audited one. The hot paths test
         ``self._closed`` before calling this, to spare a call per operation."""
+        __tracebackhide__ = True
         if self._closed:
             raise ValueError(
                 f"{name} called on a closed audit: close() has run; to go on, audit the pool "
@@ -393,6 +408,7 @@ class AuditCore:
             )
 
     def _lease_of(self, block: object) -> Lease:
+        __tracebackhide__ = True
         if isinstance(block, AuditedBlock) and block._audit is self:
             return block._lease
         raise ValueError(f"block must be a block this audited pool's acquire returned, got {block!r}")
@@ -416,6 +432,7 @@ class AuditCore:
 
     def stale_data(self, lease: Lease) -> None:
         """Raise for a read of ``data`` through a handle whose lease has ended."""
+        __tracebackhide__ = True
         now = self._ledger.open.get(lease.block_id)
         where = "nobody holds it now" if now is None else f"it is now {describe_lease(now)}"
         raise self.violation(
@@ -447,6 +464,7 @@ class AuditCore:
         """End the audit: raise the first violation found (even one the caller swallowed), then
         check that every block came back, listing each leak with its holder and acquire stack,
         that no released block was written since, and the pool's queue and counter."""
+        __tracebackhide__ = True
         if self._close_checks():
             self._wait_back()
 
@@ -454,10 +472,12 @@ class AuditCore:
         """Wait for the blocks released through the audit that the pool has not queued yet, up
         to ``CLOSE_SETTLE_S``, then raise ``lost-block`` for those still missing (the flavour
         says how it waits; one that cannot wait here checks nothing)."""
+        __tracebackhide__ = True
 
     def _close_checks(self) -> bool:
         """``close``'s checks that need no wait; True when nothing was in flight (the pool can
         then be read at rest: ``not_back``)."""
+        __tracebackhide__ = True
         if self._closed:
             return False
         self._closed = True
@@ -538,6 +558,7 @@ class AuditCore:
     def __getattr__(self, name: str) -> Any:
         # Anything beyond the protocol (metrics, dump, block_shape...) is the pool's own; calls
         # made through it are not audited.
+        __tracebackhide__ = True
         if name.startswith("__") or name == "pool" or name in _HANDLE_CALLS:
             raise AttributeError(name)
         return getattr(self.pool, name)

@@ -58,6 +58,7 @@ class QuietCheck:
 
     def run(self, due: Due) -> None:
         """The O(1) counter check, and the full one when it is due or the counter disagrees."""
+        __tracebackhide__ = True
         if due is None:
             return
         begun, held, full = due
@@ -67,6 +68,7 @@ class QuietCheck:
 
     def full(self, begun: int) -> None:
         """Queue, counter, conservation, states and refcounts, if no call began since ``begun``."""
+        __tracebackhide__ = True
         audit, ledger = self._audit, self._audit._ledger
         with ledger.lock:
             if ledger.begun != begun or ledger.in_flight:

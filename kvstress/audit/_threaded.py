@@ -26,6 +26,7 @@ class AuditedPool(AuditCore):
 
     def acquire(self, timeout: float | None = None) -> AuditedBlock | None:
         """The pool's acquire; the block must be nobody's and all zero."""
+        __tracebackhide__ = True
         op, holder = self._begin_acquire(timeout)
         try:
             inner = self.pool.acquire(timeout)
@@ -43,6 +44,7 @@ class AuditedPool(AuditCore):
         return self._acquire_many
 
     def _acquire_many(self, n: int, timeout: float | None = None) -> list[AuditedBlock] | None:
+        __tracebackhide__ = True
         op, holder = self._begin_acquire_many(n, timeout)
         try:
             inners = self.pool.acquire_many(n, timeout)
@@ -53,6 +55,7 @@ class AuditedPool(AuditCore):
 
     def release(self, block: AuditedBlock) -> bool:
         """The pool's release, refused (InvariantViolation) through a stale handle."""
+        __tracebackhide__ = True
         lease, op = self._begin_release(block)
         try:
             returned = self.pool.release(lease.inner)
@@ -65,6 +68,7 @@ class AuditedPool(AuditCore):
     def release_many(self, blocks: Sequence[AuditedBlock]) -> list[bool]:
         """Each block released as ``release`` would, with the pool's own ``release_many`` where it
         has one (one call, so one reset for all); a stale handle refuses the whole call."""
+        __tracebackhide__ = True
         self.check_open("release_many")
         many = getattr(self.pool, "release_many", None)
         if many is None:
@@ -82,6 +86,7 @@ class AuditedPool(AuditCore):
 
     def retain(self, block: AuditedBlock) -> None:
         """The pool's retain, refused (InvariantViolation) through a stale handle."""
+        __tracebackhide__ = True
         lease, op = self._begin_use(block, "retain")
         try:
             self.pool.retain(lease.inner)
@@ -92,6 +97,7 @@ class AuditedPool(AuditCore):
 
     def mark_in_use(self, block: AuditedBlock) -> None:
         """The pool's mark_in_use, refused (InvariantViolation) through a stale handle."""
+        __tracebackhide__ = True
         lease, op = self._begin_use(block, "mark_in_use")
         try:
             self.pool.mark_in_use(lease.inner)
@@ -117,6 +123,7 @@ class AuditedPool(AuditCore):
 
         Raises PoolExhausted when no block comes within ``timeout``.
         """
+        __tracebackhide__ = True
         acquired = self.acquire(timeout)
         if acquired is None:
             raise PoolExhausted(f"no free block within {timeout} s ({self.num_blocks} blocks, all held)")
@@ -129,6 +136,7 @@ class AuditedPool(AuditCore):
         """Poll for the blocks on their way back, on the clock a sleep here runs on: virtual in a
         controlled thread (an explored test: the pool's own reset thread runs meanwhile), real
         elsewhere."""
+        __tracebackhide__ = True
         missing = self.not_back()
         if not missing:
             return
@@ -148,6 +156,7 @@ class AuditedPool(AuditCore):
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
+        __tracebackhide__ = True
         if kind is None:
             self.close()
         else:
