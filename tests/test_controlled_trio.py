@@ -226,27 +226,30 @@ def test_runs_that_do_not_repeat_go_on_unseeded_with_one_line(
     assert len(lines) == 1 and "unseeded" in lines[0]
 
 
-def test_work_in_worker_threads_takes_no_virtual_time() -> None:
+def test_work_in_worker_threads_takes_its_real_time() -> None:
     """While trio.to_thread calls are out (two overlapping), the MockClock does not jump to a
-    deadline: a timeout around them does not fire, the calls take no virtual time, and the
-    clock jumps again once the last is back."""
+    deadline and runs with real time, as a real clock does: a timeout longer than the work does
+    not fire, the calls take their real time (they took none, and a thread that kept a caller's
+    0.2 s timeout answered after 0 s: timeout-early, a blind user's), and the clock jumps again,
+    and stands still between jumps, once the last is back."""
     import trio.testing
     import trio.to_thread
 
-    async def main() -> tuple[float, float, float]:
+    async def main() -> tuple[float, float, float, float]:
         clock = trio.lowlevel.current_clock()
         assert isinstance(clock, trio.testing.MockClock)
         start = trio.current_time()
-        with trio.fail_after(1):
+        with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.to_thread.run_sync, time.sleep, 0.05)
                 nursery.start_soon(trio.to_thread.run_sync, time.sleep, 0.2)
         took = trio.current_time() - start
         await trio.sleep(30)  # the clock jumps again
-        return took, trio.current_time() - start, clock.autojump_threshold
+        return took, trio.current_time() - start - took, clock.autojump_threshold, clock.rate
 
     for seed in range(3):
-        assert seeded_trio_run(main, seed=seed) == (0.0, 30.0, 0.0)
+        took, then, threshold, rate = seeded_trio_run(main, seed=seed)
+        assert 0.2 <= took < 5 and abs(then - 30.0) < 1e-9 and threshold == 0.0 and rate == 0.0, (took, then)
 
 
 def test_seeded_runs_cost_the_same_where_ci_is_set() -> None:
