@@ -670,12 +670,14 @@ def test_a_thread_that_gives_up_before_the_deadline_is_still_early() -> None:
     assert result.failure is not None and result.failure.violation.invariant == "timeout-early"
 
 
-@pytest.mark.parametrize("pool", ["AnyioThreadWaitPool", "AnyioFailAfterPool"])
+@pytest.mark.parametrize("pool", ["AnyioThreadWaitPool", "AnyioFailAfterPool", "AnyioDeadlinePool"])
 @pytest.mark.parametrize("seed", range(2))
 def test_a_trio_run_lets_its_clock_run_while_a_thread_waits(pool: str, seed: int) -> None:
     """On trio the run's clock stood still while work was out in a thread: a thread that waited
     out the caller's timeout answered after 0 s (timeout-early), and fail_after around a thread's
-    wait never fired (hang), on every seed (blind users' pools, clean on asyncio)."""
+    wait never fired (hang), on every seed (blind users' pools, clean on asyncio). And a worker
+    thread read the real clock: a deadline the task computed on the run's clock was long past
+    (timeout-early, every seed)."""
     from pools import anyio_thread
 
     factory = getattr(anyio_thread, pool)

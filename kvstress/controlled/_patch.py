@@ -34,6 +34,7 @@ from kvstress.controlled import _coop, _coop_asyncio, _coop_compound, _coop_futu
 from kvstress.controlled._baton import active_controller
 from kvstress.controlled._loop import ControlledEventLoop, sole_running_loop
 from kvstress.controlled._reach import left_alone
+from kvstress.controlled._thread_work import trio_clock_elsewhere
 
 _THREADING = {
     "Lock": _coop.Lock,
@@ -114,9 +115,10 @@ class _ModuleProxy(types.ModuleType):
 
 def _virtual_now() -> float | None:
     """The running controlled loop's (or trio run's) clock; None anywhere else. A thread that
-    runs no loop of its own reads the controlled loop running in the process (the code's worker
-    thread, an executor's: a deadline the loop's side computed and a worker waits until is on
-    one clock, as in a real process; a worker read the real clock and timed out at once)."""
+    runs no loop of its own reads the controlled loop running in the process, or the clock of
+    the trio run whose work is out in threads (the code's worker thread, an executor's, trio's:
+    a deadline the loop's side computed and a worker waits until is on one clock, as in a real
+    process; a worker read the real clock and timed out at once)."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -125,7 +127,7 @@ def _virtual_now() -> float | None:
             with contextlib.suppress(RuntimeError):
                 return float(trio.current_time())
         sole = sole_running_loop()
-        return None if sole is None else sole.time_elsewhere()
+        return trio_clock_elsewhere() if sole is None else sole.time_elsewhere()
     return loop.time() if isinstance(loop, ControlledEventLoop) else None
 
 

@@ -43,6 +43,7 @@ _real: dict[str, _AsyncFn] = {}  # module name -> its run_sync, while wrapped
 _trio_work: dict[object, int] = {}  # trio run (its token) -> calls out in threads
 _trio_jumps: dict[object, tuple[float, float]] = {}  # trio run -> its MockClock's autojump, rate
 _trio_real: dict[object, list[Any]] = {}  # trio run -> [seconds its clock ran with real time, since when]
+_trio_clocks_out: dict[object, Any] = {}  # trio run with work out in threads -> its clock
 _real_submit: list[Callable[..., Future[Any]]] = []  # ThreadPoolExecutor.submit, while wrapped
 
 
@@ -151,6 +152,10 @@ def _trio_out(token: object, change: int) -> None:
             _trio_work[token] = after
         else:
             _trio_work.pop(token, None)
+        if before == 0:
+            _trio_clocks_out[token] = _current_clock()
+        elif after == 0:
+            _trio_clocks_out.pop(token, None)
     clock = _mock_clock()
     if clock is None:
         return
@@ -186,11 +191,27 @@ def trio_real_seconds() -> float:
     return total + (float(clock.current_time()) - since if clock is not None else 0.0)
 
 
+def trio_clock_elsewhere() -> float | None:
+    """The clock of the trio run that has work out in threads, read from any thread (a worker
+    waits until a deadline its task computed on that clock: in a real process one clock, and
+    the worker read the real one and saw the deadline long past); None unless exactly one run
+    has work out (two runs' clocks are not one, and a thread cannot tell whose it is)."""
+    with _lock:
+        clocks = list(_trio_clocks_out.values())
+    return float(clocks[0].current_time()) if len(clocks) == 1 else None
+
+
+def _current_clock() -> Any:
+    import trio
+
+    return trio.lowlevel.current_clock()
+
+
 def _mock_clock() -> Any:
     """The trio run's clock if it is a ``MockClock`` (virtual time that jumps), else None."""
     import trio.testing
 
-    clock = trio.lowlevel.current_clock()
+    clock = _current_clock()
     return clock if isinstance(clock, trio.testing.MockClock) else None
 
 

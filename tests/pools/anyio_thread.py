@@ -4,10 +4,15 @@ keeps it with ``anyio.fail_after`` around a thread that waits until told the cal
 
 Correct. On trio the run's clock stood still while the thread worked: a thread that waited out
 a 0.2 s timeout answered after 0 s of virtual time (``timeout-early``), and a ``fail_after``
-around the thread's wait never fired (``hang``: blind users' pools, clean on asyncio).
+around the thread's wait never fired (``hang``: blind users' pools, clean on asyncio). And a
+deadline the task computed with ``time.monotonic()`` for the thread to wait until: the trio
+run's worker threads read the real clock, so the deadline (virtual) was long past
+(``timeout-early`` on every seed; clean on asyncio, whose threads read the loop's clock).
 """
 
 from __future__ import annotations
+
+import time
 
 import anyio
 import anyio.to_thread
@@ -44,6 +49,14 @@ class AnyioThreadWaitPool(DeadlineExecutorPool):
 
     async def _wait(self, request: Request, timeout: float | None) -> _Block | None:  # type: ignore[override]
         return await anyio.to_thread.run_sync(self._wait_for, request, timeout, abandon_on_cancel=True)
+
+
+class AnyioDeadlinePool(AnyioThreadWaitPool):
+    """The task computes the deadline with ``time.monotonic()``; the thread waits until it."""
+
+    async def _wait(self, request: Request, timeout: float | None) -> _Block | None:  # type: ignore[override]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return await anyio.to_thread.run_sync(self._wait_until, deadline, request, abandon_on_cancel=True)
 
 
 class AnyioFailAfterPool(AnyioThreadWaitPool):
