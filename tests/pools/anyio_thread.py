@@ -17,29 +17,24 @@ import time
 import anyio
 import anyio.to_thread
 
+from pools._simple import Block
 from pools.deadline_thread import DeadlineExecutorPool, Request
-from pools.late_cancel import _Block
 
 
 class AnyioThreadWaitPool(DeadlineExecutorPool):
     """The thread waits on the pool's Condition for at most the caller's timeout."""
 
-    def _wait_for(self, request: Request, timeout: float | None) -> _Block | None:  # the thread
+    def _wait_for(self, request: Request, timeout: float | None) -> Block | None:  # the thread
         with self._cond:
             self._cond.wait_for(lambda: self._free or request["dead"], timeout)
             if request["dead"] or not self._free:
                 if self._free:
                     self._cond.notify()  # the wake-up it may have taken goes on
                 return None
-            request["block"] = self._take()
-            return request["block"]
+            block = request["block"] = self._take()
+            return block
 
-    async def acquire(self, timeout: float | None = None) -> _Block | None:
-        with self._cond:
-            if self._free:
-                return self._take()
-        if timeout == 0:
-            return None
+    async def _wait_for_block(self, timeout: float | None) -> Block | None:
         request: Request = {"dead": False, "block": None}
         try:
             return await self._wait(request, timeout)
@@ -47,14 +42,14 @@ class AnyioThreadWaitPool(DeadlineExecutorPool):
             self._caller_gone(request)
             raise
 
-    async def _wait(self, request: Request, timeout: float | None) -> _Block | None:  # type: ignore[override]
+    async def _wait(self, request: Request, timeout: float | None) -> Block | None:  # type: ignore[override]
         return await anyio.to_thread.run_sync(self._wait_for, request, timeout, abandon_on_cancel=True)
 
 
 class AnyioDeadlinePool(AnyioThreadWaitPool):
     """The task computes the deadline with ``time.monotonic()``; the thread waits until it."""
 
-    async def _wait(self, request: Request, timeout: float | None) -> _Block | None:  # type: ignore[override]
+    async def _wait(self, request: Request, timeout: float | None) -> Block | None:  # type: ignore[override]
         deadline = None if timeout is None else time.monotonic() + timeout
         return await anyio.to_thread.run_sync(self._wait_until, deadline, request, abandon_on_cancel=True)
 
@@ -62,7 +57,7 @@ class AnyioDeadlinePool(AnyioThreadWaitPool):
 class AnyioFailAfterPool(AnyioThreadWaitPool):
     """The caller keeps the timeout: ``fail_after`` around a thread that waits until told."""
 
-    async def _wait(self, request: Request, timeout: float | None) -> _Block | None:  # type: ignore[override]
+    async def _wait(self, request: Request, timeout: float | None) -> Block | None:  # type: ignore[override]
         try:
             with anyio.fail_after(timeout):
                 return await anyio.to_thread.run_sync(self._wait_for, request, None, abandon_on_cancel=True)
@@ -72,9 +67,15 @@ class AnyioFailAfterPool(AnyioThreadWaitPool):
 
 
 class AnyioThreadKeepsPool(AnyioThreadWaitPool):
-    """BUG: a block the thread took for a caller that is gone is kept, not given back."""
+    """BUG: the thread waits on for a caller that is gone, and keeps the block it then takes."""
+
+    def _wait_for(self, request: Request, timeout: float | None) -> Block | None:  # the thread
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._free, timeout):
+                return None
+            block = request["block"] = self._take()
+            return block
 
     def _caller_gone(self, request: Request) -> None:
         with self._cond:
             request["dead"] = True
-            self._cond.notify_all()

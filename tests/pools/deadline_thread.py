@@ -13,40 +13,34 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections import deque
 from typing import Any
 
-import torch
-
-from kvstress import BlockState, InvalidTransition
-from pools.late_cancel import _HELD, _Block
+from kvstress import BlockState
+from pools._simple import Block, _FreeList
 
 Request = dict[str, Any]
 
 
-class DeadlineExecutorPool:
+class DeadlineExecutorPool(_FreeList):
     """A free deque under one Condition; a caller that must wait waits in an executor's thread,
     until the deadline the caller computed."""
 
-    backoff_bound = 0.0
-
-    def __init__(
-        self, num_blocks: int, block_shape: Any, *, dtype: Any = torch.float32, device: Any = None
-    ) -> None:
-        self.num_blocks = num_blocks
-        memory = torch.zeros((num_blocks, *block_shape), dtype=dtype, device=device)
-        self._free = deque(_Block(i, memory[i]) for i in range(num_blocks))
+    def __init__(self, num_blocks: int, block_shape: Any, **options: Any) -> None:
+        super().__init__(num_blocks, block_shape, **options)
         self._cond = threading.Condition()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=8)
 
-    def _take(self) -> _Block:  # with the Condition held
-        block = self._free.popleft()
-        block.state, block.refcount = BlockState.ACQUIRED, 1
-        return block
+    def _exclusive(self) -> contextlib.AbstractContextManager[object]:
+        return self._cond
 
-    def _wait_until(self, deadline: float | None, request: Request) -> _Block | None:  # a worker thread
+    def _wake(self) -> None:
+        self._cond.notify_all()
+
+    def _wait_until(self, deadline: float | None, request: Request) -> Block | None:  # a worker thread
         with self._cond:
             while not self._free and not request["dead"]:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -56,19 +50,21 @@ class DeadlineExecutorPool:
             if request["dead"]:
                 self._cond.notify()  # the wake-up it may have taken goes on
                 return None
-            request["block"] = self._take()
-            return request["block"]
+            block = request["block"] = self._take()
+            return block
 
-    async def acquire(self, timeout: float | None = None) -> _Block | None:
+    async def acquire(self, timeout: float | None = None) -> Block | None:
         with self._cond:
             if self._free:
                 return self._take()
         if timeout == 0:
             return None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        return await self._wait(deadline)
+        return await self._wait_for_block(timeout)
 
-    async def _wait(self, deadline: float | None) -> _Block | None:
+    async def _wait_for_block(self, timeout: float | None) -> Block | None:
+        return await self._wait(None if timeout is None else time.monotonic() + timeout)
+
+    async def _wait(self, deadline: float | None) -> Block | None:
         request: Request = {"dead": False, "block": None}
         loop = asyncio.get_running_loop()
         try:
@@ -83,47 +79,16 @@ class DeadlineExecutorPool:
             request["dead"] = True
             block = request["block"]
             self._cond.notify_all()
-        if block is not None:
-            self._give_back(block)
+            if block is not None:
+                self._give_back(block)
 
-    def _give_back(self, block: _Block) -> None:
-        block.data.zero_()
+    def _give_back(self, block: Block) -> None:  # with the Condition held; zeroed, never used
+        block.state = BlockState.RELEASING
+        self._offer(block)
+
+    async def release(self, block: Block) -> bool:
         with self._cond:
-            block.state, block.refcount = BlockState.FREE, 0
-            self._free.append(block)
-            self._cond.notify_all()
-
-    async def release(self, block: _Block) -> bool:
-        with self._cond:
-            if block.state not in _HELD or block.refcount < 1:
-                return False
-            block.refcount -= 1
-            if block.refcount:
-                return False
-            block.state = BlockState.RELEASING
-        self._give_back(block)
-        return True
-
-    def mark_in_use(self, block: _Block) -> None:
-        with self._cond:
-            if block.state is not BlockState.ACQUIRED:
-                raise InvalidTransition(block.id, block.state.name, "mark_in_use (ACQUIRED -> IN_USE)")
-            block.state = BlockState.IN_USE
-
-    def retain(self, block: _Block) -> None:
-        with self._cond:
-            if block.state not in _HELD or block.refcount < 1:
-                raise InvalidTransition(
-                    block.id, block.state.name, "retain", "only a held block can be shared"
-                )
-            block.refcount += 1
-
-    def free_count(self) -> int:
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        with self._cond:
-            return [block.id for block in self._free]
+            return self._drop(block)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -156,16 +121,17 @@ class DeadlineAllocatorPool(DeadlineExecutorPool):
                 deadlines = [r["deadline"] for r in self._requests if r["deadline"] is not None]
                 self._cond.wait(max(0.0, min(deadlines) - now) if deadlines else None)
 
-    def _answer(self, request: Request, block: _Block | None) -> None:
+    def _answer(self, request: Request, block: Block | None) -> None:
         request["loop"].call_soon_threadsafe(self._deliver, request, block)
 
-    def _deliver(self, request: Request, block: _Block | None) -> None:  # on the loop
+    def _deliver(self, request: Request, block: Block | None) -> None:  # on the loop
         if not request["future"].done():
             request["future"].set_result(block)
         elif block is not None:
-            self._give_back(block)  # the caller is gone
+            with self._cond:
+                self._give_back(block)  # the caller is gone
 
-    async def _wait(self, deadline: float | None) -> _Block | None:
+    async def _wait(self, deadline: float | None) -> Block | None:
         loop = asyncio.get_running_loop()
         request: Request = {"dead": False, "deadline": deadline, "loop": loop, "future": loop.create_future()}
         with self._cond:
@@ -189,10 +155,5 @@ class DeadlineAllocatorPool(DeadlineExecutorPool):
 class DeadlineExecutorEarlyPool(DeadlineExecutorPool):
     """BUG: the deadline handed to the thread is half the timeout away."""
 
-    async def acquire(self, timeout: float | None = None) -> _Block | None:
-        with self._cond:
-            if self._free:
-                return self._take()
-        if timeout == 0:
-            return None
+    async def _wait_for_block(self, timeout: float | None) -> Block | None:
         return await self._wait(None if timeout is None else time.monotonic() + timeout / 2)

@@ -13,42 +13,24 @@ import asyncio
 from collections import deque
 from typing import Any
 
-import torch
-
-from kvstress import BlockState, InvalidTransition
-
-_HELD = (BlockState.ACQUIRED, BlockState.IN_USE)
+from kvstress import BlockState
+from pools._simple import Block, _FreeList
 
 
-class _Block:
-    __slots__ = ("data", "id", "refcount", "state")
-
-    def __init__(self, block_id: int, data: torch.Tensor) -> None:
-        self.id, self.data, self.state, self.refcount = block_id, data, BlockState.FREE, 0
-
-
-class LateCancelPool:
+class LateCancelPool(_FreeList):
     """A free deque and a FIFO queue of waiters, each handed a block by the call that frees one."""
 
-    backoff_bound = 0.0
+    def __init__(self, num_blocks: int, block_shape: Any, **options: Any) -> None:
+        super().__init__(num_blocks, block_shape, **options)
+        self._waiting: deque[asyncio.Future[Block]] = deque()
 
-    def __init__(
-        self, num_blocks: int, block_shape: Any, *, dtype: Any = torch.float32, device: Any = None
-    ) -> None:
-        self.num_blocks = num_blocks
-        memory = torch.zeros((num_blocks, *block_shape), dtype=dtype, device=device)
-        self._free = deque(_Block(i, memory[i]) for i in range(num_blocks))
-        self._waiting: deque[asyncio.Future[_Block]] = deque()
-
-    async def acquire(self, timeout: float | None = None) -> _Block | None:
+    async def acquire(self, timeout: float | None = None) -> Block | None:
         if self._free:
-            block = self._free.popleft()
-            block.state, block.refcount = BlockState.ACQUIRED, 1
-            return block
+            return self._take()
         if timeout == 0:
             return None
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[_Block] = loop.create_future()
+        waiter: asyncio.Future[Block] = loop.create_future()
         self._waiting.append(waiter)
         try:
             async with asyncio.timeout(timeout):
@@ -60,53 +42,31 @@ class LateCancelPool:
             loop.call_soon(self._cancel_waiting, waiter)
             raise
 
-    def _cancel_waiting(self, waiter: asyncio.Future[_Block]) -> None:
+    def _cancel_waiting(self, waiter: asyncio.Future[Block]) -> None:
         """The cancel message, a turn later: out of the queue, or the block it got goes on."""
         if waiter in self._waiting:
             self._waiting.remove(waiter)
         elif waiter.done():
-            self._offer(waiter.result())
+            self._offer(waiter.result())  # still zeroed: its caller never had it
 
-    def _offer(self, block: _Block) -> None:
-        """A block its holder gave up: reset, then to the first waiter (still held), or free."""
-        block.data.zero_()
+    def _offer(self, block: Block) -> None:
+        """A zeroed block: to the first waiter (still held), or free."""
         if self._waiting:
             block.state, block.refcount = BlockState.ACQUIRED, 1
             self._waiting.popleft().set_result(block)
         else:
-            block.state, block.refcount = BlockState.FREE, 0
-            self._free.append(block)
+            super()._offer(block)
 
-    async def release(self, block: _Block) -> bool:
-        if block.state not in _HELD or block.refcount < 1:
-            return False
-        block.refcount -= 1
-        if block.refcount:
-            return False
-        block.state = BlockState.RELEASING
-        self._offer(block)
-        return True
+    def _wake(self) -> None:
+        pass  # a waiter is handed its block by _offer
 
-    def mark_in_use(self, block: _Block) -> None:
-        if block.state is not BlockState.ACQUIRED:
-            raise InvalidTransition(block.id, block.state.name, "mark_in_use (ACQUIRED -> IN_USE)")
-        block.state = BlockState.IN_USE
-
-    def retain(self, block: _Block) -> None:
-        if block.state not in _HELD or block.refcount < 1:
-            raise InvalidTransition(block.id, block.state.name, "retain", "only a held block can be shared")
-        block.refcount += 1
-
-    def free_count(self) -> int:
-        return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        return [block.id for block in self._free]
+    async def release(self, block: Block) -> bool:
+        return self._drop(block)
 
 
 class LateCancelLeakPool(LateCancelPool):
     """BUG: the cancel message forgets the block handed to the stale entry."""
 
-    def _cancel_waiting(self, waiter: asyncio.Future[_Block]) -> None:
+    def _cancel_waiting(self, waiter: asyncio.Future[Block]) -> None:
         if waiter in self._waiting:
             self._waiting.remove(waiter)
