@@ -31,6 +31,12 @@ def kvstress(*args: str, cwd: Path, timeout: float = 120) -> subprocess.Complete
     )
 
 
+def _without_pythonpath(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` as a shell with no PYTHONPATH would: only what the report names finds the pool."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
 @pytest.fixture(scope="module")
 def found(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     """One fuzz run that finds the tiny pool's reset-after-offer race, shared by the tests below."""
@@ -421,15 +427,7 @@ def test_replay_finds_the_pool_from_another_directory(
     _, cwd = found
     report = next((cwd / "reports").glob("*.json"))
     assert json.loads(report.read_text())["pool_path"] == str(TESTS.resolve())
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    done = subprocess.run(
-        [sys.executable, "-m", "kvstress", "replay", "--quiet", str(report)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _without_pythonpath([sys.executable, "-m", "kvstress", "replay", "--quiet", str(report)], tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.splitlines() == ["reproduced: dirty-read"]
 
@@ -451,15 +449,7 @@ def test_a_replay_beside_a_fixed_module_imports_the_fix(
     script = Path(sys.executable).with_name("kvstress")  # not ``-m``: that puts the cwd first itself
     if not script.exists():
         pytest.skip("the kvstress console script is not beside this interpreter")
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    done = subprocess.run(
-        [str(script), "replay", "--quiet", str(report)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _without_pythonpath([str(script), "replay", "--quiet", str(report)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("not reproduced: dirty-read"), done.stdout
 
