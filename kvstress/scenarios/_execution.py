@@ -51,7 +51,7 @@ from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import run_to_completion
 from kvstress.harness._scenarios import Scenarios, first_violation, speaks_anyio
-from kvstress.linearize import check_history
+from kvstress.linearize import LinearizabilityResult, check_history
 from kvstress.scenarios._programs import TIMEOUTS, Scenario, draw
 from kvstress.schedulers import Scheduler
 
@@ -499,12 +499,18 @@ def check_run(config: ScenarioConfig, ops: ScenarioOps) -> InvariantViolation | 
     result = check_history(
         history, config.num_blocks, time_limit=config.linearize_limit, settle=ops.timing.settle
     )
-    if result.status != "violation":
-        return None
+    return None if result.status != "violation" else unlinearizable(history, result)
+
+
+def unlinearizable(history: Sequence[Operation], result: LinearizabilityResult) -> InvariantViolation:
+    """The violation a history with no linearization (``result``) is reported as."""
     witness = [history[i] for i in result.witness if i < len(history)]
     why = ""
     if result.block is None:
-        timed = any(op.name == "acquire" and (op.args.get("timeout") or 0) > 0 for op in witness)
+        # Named by the acquires that were refused (None) in the witness, not by any that waited
+        # for their block: a try-once refused beside a timed acquire that got one is lost-block.
+        refused = [op for op in witness if op.name == "acquire" and op.result is None] or witness
+        timed = any(op.name == "acquire" and (op.args.get("timeout") or 0) > 0 for op in refused)
         invariant = "lost-wakeup" if timed else "lost-block"
         # The same history fault, named by what was refused: a waiter, or a try-once.
         why = " (a waiting acquire gave up: lost-wakeup)" if timed else " (a try-once refused: lost-block)"
