@@ -695,3 +695,40 @@ def test_a_trio_pools_thread_that_keeps_a_gone_callers_block_is_still_found() ->
         shrink=False,
     )
     assert result.failure is not None and result.failure.violation.invariant == "lost-block"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pct_lets_a_background_threads_tick_into_a_workers_window(seed: int) -> None:
+    """PCT offered no timer early: a housekeeping thread's 2 ms tick waited until every worker
+    blocked, so its scrub of idle blocks outside the lock never met a worker's tenancy (missed
+    for 8 s on seeds 0-2, a blind user's evictor pool too). Every other PCT execution now
+    offers timers due soon, as random does; the schedule says which, and replays exactly."""
+    from kvstress.mutants import HousekeepingScrubOutsideLockPool
+    from kvstress.schedulers import ALL_TIMERS
+
+    config = config_for(HousekeepingScrubOutsideLockPool)
+    result = search(config, PCTScheduler(seed=seed), max_executions=120, shrink=False)
+    assert result.failure is not None and result.failure.violation.invariant == "shared-block"
+    assert result.failure.schedule.timers == ALL_TIMERS
+    again = replay(config, str(result.failure.schedule))
+    assert again is not None and again.violation.invariant == "shared-block"
+
+
+def test_pct_alternates_its_executions_with_and_without_early_timers() -> None:
+    from kvstress.schedulers import ALL_TIMERS
+
+    scheduler = PCTScheduler(seed=0)
+    levels = []
+    for _ in range(4):
+        assert scheduler.new_execution()
+        levels.append(scheduler.schedule().timers)
+    assert levels == [0, ALL_TIMERS, 0, ALL_TIMERS]
+
+
+def test_an_explored_tests_pct_never_fires_timers_early() -> None:
+    from kvstress.explorer._strategies import STRATEGIES
+
+    scheduler = STRATEGIES["pct"](0)
+    for _ in range(4):
+        assert scheduler.new_execution()
+        assert scheduler.schedule().timers == 0

@@ -248,9 +248,7 @@ class ThreadController:
         self._notes_handovers = hasattr(scheduler, "handed_over")
         self._was_runnable: list[int] = []
         self._was_known = 0  # threads started by the decision before (a new one is not woken)
-        self._fires_timers = int(getattr(scheduler, "fires_timers", 0))  # a Schedule.timers level
-        # An explored test's sleepers-only level: early timers bounded per runnable thread.
-        self._bounded_sleepers = 0 < self._fires_timers < ALL_TIMERS
+        self._timer_levels()
         self._late_timers = bool(getattr(scheduler, "late_timers", False))  # see ``_late_jump``
         self.max_steps = max_steps
         self.stall_timeout = float(stall_timeout)
@@ -363,6 +361,11 @@ class ThreadController:
 
     # -- the execution -------------------------------------------------------------------------
 
+    def _timer_levels(self) -> None:
+        self._fires_timers = int(getattr(self.scheduler, "fires_timers", 0))  # a Schedule.timers level
+        # An explored test's sleepers-only level: early timers bounded per runnable thread.
+        self._bounded_sleepers = 0 < self._fires_timers < ALL_TIMERS
+
     def run(self, main: Callable[[], Any]) -> Any:
         """Run ``main()`` as controlled thread 0 of a new execution; return its result or raise.
 
@@ -372,6 +375,7 @@ class ThreadController:
         global _ACTIVE
         if not self.scheduler.new_execution():
             raise SchedulerExhausted(f"{type(self.scheduler).__name__} has no execution left to run")
+        self._timer_levels()  # a scheduler may change it per execution (PCT)
         with _ACTIVE_LOCK:
             if _ACTIVE is not None:
                 raise RuntimeError("another controlled thread run is in progress in this process")

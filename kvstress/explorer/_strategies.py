@@ -28,9 +28,11 @@ class SleepersOnlyRandom(RandomScheduler):
 
 
 class LatePCT(PCTScheduler):
-    """``pct`` for an explored test: timers may fire late (``late_timers``), as for ``random``."""
+    """``pct`` for an explored test: timers may fire late (``late_timers``), as for ``random``,
+    and never early (a pool's fuzzing fires them early in every other PCT execution)."""
 
     late_timers = True
+    timer_level = 0
 
 
 class LateDFS(DFSScheduler):

@@ -83,6 +83,9 @@ from kvstress.mutants._mutants_ordinary import (
     ExecutorResetUnlockedOfferPool as ExecutorResetUnlockedOfferPool,
 )
 from kvstress.mutants._mutants_ordinary import HousekeepingReaperPool as HousekeepingReaperPool
+from kvstress.mutants._mutants_ordinary import (
+    HousekeepingScrubOutsideLockPool as HousekeepingScrubOutsideLockPool,
+)
 from kvstress.mutants._mutants_ordinary import ThreadConditionIfNotWhilePool as ThreadConditionIfNotWhilePool
 from kvstress.mutants._mutants_ordinary import (
     ThreadConditionTimedOutDropsNotifyPool as ThreadConditionTimedOutDropsNotifyPool,

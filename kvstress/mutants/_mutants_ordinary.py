@@ -399,6 +399,22 @@ class HousekeepingReaperPool(HousekeepingThreadPool):
                         self._cond.notify()
 
 
+class HousekeepingScrubOutsideLockPool(HousekeepingThreadPool):
+    """The housekeeping thread scrubs the idle blocks every 2 ms (zeroes them again, against
+    stray writes), reading the free list under the pool's lock and zeroing outside it: a block
+    taken and written in between is zeroed under its holder (Commons Pool's evictor testing an
+    object a borrower had just taken, when its ``startEvictionTest`` guard was skipped)."""
+
+    expected = ("shared-block", "dirty-read")
+
+    def _housekeeping(self) -> None:
+        while not self._closed.wait(0.002):
+            with self._cond:
+                idle = list(self._free)
+            for block in idle:  # BUG: outside the lock: a caller may hold it by now
+                block.data.zero_()
+
+
 # -- polling ----------------------------------------------------------------------------------
 
 

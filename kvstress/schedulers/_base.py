@@ -80,7 +80,7 @@ class SchedulerBase(ABC):
     """
 
     name: ClassVar[str]
-    fires_timers: ClassVar[int] = 0  # see ``Scheduler``
+    fires_timers: int = 0  # see ``Scheduler`` (PCT sets it per execution)
     late_timers: ClassVar[bool] = False  # see ``Scheduler``
 
     def __init__(self, seed: int | None = None) -> None:

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from typing import ClassVar
 
 from kvstress.schedulers._base import SchedulerBase
+from kvstress.schedulers._schedule import ALL_TIMERS
 
 LENGTHS_KEPT = 64
 """How many recent executions' lengths PCT draws its k (and its hot count) from."""
@@ -38,6 +40,9 @@ class PCTScheduler(SchedulerBase):
     """
 
     name = "pct"
+    timer_level: ClassVar[int] = ALL_TIMERS
+    """The ``fires_timers`` of every other execution (see ``__init__``); 0 keeps timers in order
+    (an explored test's PCT: its assertions cannot credit a jump)."""
 
     def __init__(self, depth: int = 3, seed: int | None = None, *, k: int | None = None) -> None:
         if type(depth) is not int or depth < 1:
@@ -46,6 +51,13 @@ class PCTScheduler(SchedulerBase):
             raise ValueError(f"k must be None or an int >= 0, got {k!r} ({type(k).__name__})")
         super().__init__(seed)
         self.depth = depth
+        # Every other execution also offers timers due soon among its choices (``ALL_TIMERS``,
+        # as random does): a background thread's periodic tick, which otherwise waits until every
+        # other thread blocks, may then run inside a worker's window. Only every other: each
+        # such jump shortens the run that PCT's change points are drawn over, and some races
+        # want the longer run (a batch grant's partial leak went from 0.1 s to 5.7 s).
+        self.fires_timers = 0
+        self._executions = 0
         self._k = k or 0
         self._steps = 0
         self._lengths: deque[int] = deque(maxlen=LENGTHS_KEPT)
@@ -77,6 +89,8 @@ class PCTScheduler(SchedulerBase):
         return tuple(sorted(self._change_at, key=self._change_at.__getitem__))
 
     def _begin(self) -> bool:
+        self._executions += 1
+        self.fires_timers = self.timer_level if self._executions % 2 == 0 else 0
         if self._steps:
             self._lengths.append(self._steps)
             self._hot_counts.append(self._hot_seen)
