@@ -441,3 +441,15 @@ def parse_probe(dom: str) -> dict[str, Any]:
 
     body = parse(dom).find("body")[0]
     return dict(json.loads(body.attrs["data-probe"]))
+
+
+def test_a_free_running_findings_replay_line_says_it_measures_a_rate() -> None:
+    """The console printed a stress finding's replay as it prints an exact one, and the replay
+    then said "not reproduced (0/10 tries)" (a blind user)."""
+    from kvstress.reports import replay_line
+
+    exact = {"replay": "kvstress replay r.json", "reproduction": None}
+    assert replay_line(exact) == "replay: kvstress replay r.json"
+    rate = {"replay": "kvstress replay r.json", "reproduction": {"reproduced": 0, "replays": 5}}
+    assert replay_line(rate).startswith("replay: kvstress replay r.json (free-running")
+    assert "0/5 times" in replay_line(rate)

@@ -216,7 +216,7 @@ def _say(result: Supervised, args: argparse.Namespace) -> int:
         )
         return INTERNAL_STATUS
     if outcome.report is not None:
-        from kvstress.reports import load_report
+        from kvstress.reports import load_report, replay_line
 
         report = load_report(outcome.report)
         print(f"violation: [{report['invariant']}] {' '.join(report['message'].splitlines())}")
@@ -225,7 +225,7 @@ def _say(result: Supervised, args: argparse.Namespace) -> int:
         )
         print(f"report: {outcome.report}")
         print(f"html: {outcome.report.with_suffix('.html')}")
-        print(f"replay: {report['replay']}")
+        print(replay_line(report))
         return 1
     if not outcome.interrupted and outcome.executions == 0:
         raise UsageError(

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from kvstress.cli._parser import Parser, UsageError
-from kvstress.reports import ReportError, load_report, write_html
+from kvstress.reports import ReportError, load_report, replay_line, write_html
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
@@ -46,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"switch points: {report['switches_note']}")
     if report.get("schedule"):
         print(f"schedule: {report['schedule']}")
-    print(f"replay: {report['replay']}")
+    print(replay_line(report))
     return 0

@@ -167,7 +167,7 @@ class PoolChecker:
     def _violation(self, found: InvariantViolation, path: Path | None, seed: int) -> InvariantViolation:
         if path is None:  # fuzz writes a report with every finding; without one, keep the finding
             return found
-        from kvstress.reports import load_report
+        from kvstress.reports import load_report, replay_line
 
         report = load_report(path)
         # What record_property does, without its xunit2 warning: under `-W error` that warning
@@ -179,7 +179,7 @@ class PoolChecker:
             lines += ["interleaving:", report["table"]]
         lines += [
             f"report: {path}",
-            f"replay: {report['replay']}",
+            replay_line(report),
             f"seed: {seed} (kvstress.check(..., seed={seed}) repeats this search)",
         ]
         return InvariantViolation(report["invariant"], "\n".join(lines), found.history, found.blocks)

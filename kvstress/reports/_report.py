@@ -109,6 +109,20 @@ def write_html(report: Mapping[str, Any], path: Path) -> None:
     path.write_text(render_html(report), encoding="utf-8")
 
 
+def replay_line(report: Mapping[str, Any]) -> str:
+    """``replay: <command>``, and for a free-running finding (no schedule: ``reproduction``) how
+    often its seed's re-runs reproduced it, which is what the replay measures again: it printed
+    the same line as an exact replay's, and a blind user's replay said "not reproduced (0/10)"."""
+    line = f"replay: {report['replay']}"
+    rate = report.get("reproduction")
+    if isinstance(rate, Mapping) and isinstance(rate.get("replays"), int) and rate["replays"] > 0:
+        line += (
+            f" (free-running, no schedule to replay: re-runs of its seed reproduced it "
+            f"{rate.get('reproduced', 0)}/{rate['replays']} times; the replay measures that rate again)"
+        )
+    return line
+
+
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check a report; ``ReportError`` (one line) for anything that is not one."""
     try:
