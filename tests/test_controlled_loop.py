@@ -943,3 +943,27 @@ def test_an_idle_loop_waits_its_patience_for_a_parked_thread_of_the_code_s_own(
         time.sleep(0.7)  # let the worker end before the next test
     else:
         assert run_controlled(main, RandomScheduler(seed=0)) == "answered"
+
+
+def test_unnamed_tasks_are_named_by_their_runs_own_count() -> None:
+    """asyncio's ``Task-<n>`` counts across every loop of the process: a replay's report named
+    the holders ``Task-2`` where the search had said ``Task-62`` (a blind user's audit)."""
+
+    async def main() -> list[str]:
+        async def child() -> None:
+            await asyncio.sleep(0)
+
+        tasks = [asyncio.ensure_future(child()), asyncio.create_task(child(), name="mine")]
+        await asyncio.gather(*tasks)
+        current = asyncio.current_task()
+        assert current is not None
+        return [current.get_name(), *(task.get_name() for task in tasks)]
+
+    names = []
+    for _ in range(2):
+        loop = ControlledEventLoop(RandomScheduler(seed=0))
+        try:
+            names.append(loop.run_until_complete(main()))
+        finally:
+            loop.close()
+    assert names == [["Task-1", "Task-2", "mine"]] * 2

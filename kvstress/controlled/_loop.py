@@ -191,6 +191,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         # out as they finish).
         self._kv_submitted: set[concurrent.futures.Future[Any]] = set()
         self._kv_submitted_stale: set[concurrent.futures.Future[Any]] = set()
+        self._kv_tasks_named = 0  # unnamed tasks of this run so far (``create_task``)
         self._kv_submit_lock = threading.Lock()
         self._kv_real: float | None = None  # while work is out in threads: real time last read
         self._kv_watch = ThreadWatch()  # threads started since this loop was made, watched at idle
@@ -375,7 +376,13 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             return len(self._kv_submitted) > len(self._kv_submitted_stale)
 
     def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        """Create a task and give it the next lane id (creation order is stable per run)."""
+        """Create a task and give it the next lane id (creation order is stable per run). An
+        unnamed task is named as asyncio names it, ``Task-<n>``, but counting this run's tasks
+        only: asyncio's count runs on across a process's loops, so a replay's report named the
+        holders ``Task-2`` where the search's had said ``Task-62`` (a blind user's)."""
+        if kwargs.get("name") is None:
+            self._kv_tasks_named += 1
+            kwargs["name"] = f"Task-{self._kv_tasks_named}"
         task = super().create_task(coro, **kwargs)
         self._lane_of_task(task)
         return task
