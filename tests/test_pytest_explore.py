@@ -489,3 +489,34 @@ def test_a_failing_schedule_of_a_violation_names_its_invariant_in_junit() -> Non
         ("kvstress_replay", "pytest --r=None x"),
         ("kvstress_invariant", "lost-block"),
     ]
+
+
+def test_an_explored_tests_durations_count_every_schedule(pytester: pytest.Pytester) -> None:
+    """``--durations`` and JUnit's time showed the last schedule's phases: 0.01 s for a test
+    that explored for two minutes (a blind user's). Each schedule's body spends CPU time (read
+    with a clock no run replaces); the call's duration is at least all of it."""
+    pytester.makepyfile(
+        test_spent="""
+import time
+
+import pytest
+
+SPENT = []
+
+@pytest.mark.kvstress_explore(schedules=6, strategy="random")
+def test_work():
+    began = time.process_time()
+    while time.process_time() - began < 0.02:
+        pass
+    SPENT.append(time.process_time() - began)
+
+def test_total():
+    print(f"SPENT={sum(SPENT)!r}")
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=2)
+    spent = float(re.search(r"SPENT=([0-9.e-]+)", result.stdout.str()).group(1))  # type: ignore[union-attr]
+    assert spent >= 6 * 0.02
+    cases = {case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").iter("testcase")}
+    assert float(cases["test_work"].get("time", "0")) >= spent
