@@ -47,3 +47,40 @@ def test_a_package_named_in_modules_brings_its_loaded_submodules() -> None:
     assert not any(name.startswith("kvstress.") for name in names)
     # The harness's own packages stay left alone even when named.
     assert [module.__name__ for module in resolve_modules(["kvstress.paged"])] == ["kvstress.paged"]
+
+
+async def _engine_dies_of_a_violation() -> None:
+    """An engine task releases a block twice through the audit and dies of the violation; the
+    test awaits a reply the engine never sends, beside a watchdog that ticks every 2 ms."""
+    import asyncio
+
+    pool = kvstress.audit(kvstress.AsyncBlockPool(2, (2, 4)))
+    replied = asyncio.Event()
+
+    async def engine() -> None:
+        block = await pool.acquire(0)
+        assert block is not None
+        await pool.release(block)
+        await pool.release(block)  # the caller bug: a double release
+        replied.set()
+
+    async def watchdog() -> None:
+        while not replied.is_set():
+            await asyncio.sleep(0.002)
+
+    tasks = [asyncio.ensure_future(engine()), asyncio.ensure_future(watchdog())]
+    await replied.wait()
+    await asyncio.gather(*tasks)
+
+
+def test_a_run_ends_soon_after_an_audit_violation_killed_a_task() -> None:
+    """The violation killed the engine's task and the test waited on, tick after tick, to the
+    hour's limit of virtual time (86-118 s of real time, a blind user's); the run now ends a
+    minute of virtual time after the violation, and reports the violation first."""
+    import pytest
+
+    with pytest.raises(kvstress.InvariantViolation) as caught:
+        kvstress.explore(_engine_dies_of_a_violation, schedules=2, strategy="random", seed=0)
+    assert caught.value.invariant == "double-release"
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    assert "60 s after an audit's violation" in notes

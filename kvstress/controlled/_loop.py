@@ -102,6 +102,10 @@ pause, so a task's short await (a 2 ms prefill) can end after a cancel due just 
 never fire early here (that is ``fires_timers``, for a pool's fuzzing): a test's ready tasks all run before
 time moves, as the test's own short sleeps expect."""
 
+AFTER_VIOLATION_S = 60.0
+"""Virtual seconds a run with a time limit goes on after an audit's violation (see
+``_kv_after_violation``): time for a test that expects the violation to finish its own way."""
+
 REAL_CLOCK_HINT = (
     "(or keeps its deadline on a clock that stays real: time.monotonic, perf_counter, time and "
     "clock_gettime, and their _ns forms, are virtual in the modules kvstress controls, but not in "
@@ -221,6 +225,10 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self.steps = 0
         self.decisions = 0
         self.max_time = max_time
+        from kvstress.audit._core import violations_mark  # here: the audit imports this module
+
+        self._kv_audit_mark = violations_mark()  # audits' violations before this run
+        self._kv_violated_at: float | None = None  # when this run first saw one
         self._kv_now = self._kv_start = float(start_time)
         self._kv_seen_elsewhere = self._kv_now  # the latest ``time_elsewhere`` answer
         self._kv_budget = max_steps
@@ -698,6 +706,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
                 # allocator thread was a 'hang' on 2 of 2 seeds under load).
                 return True
             raise Deadlock(self._deadlock_message())
+        if self.max_time is not None:
+            self._kv_after_violation(when)
         if self.max_time is not None and when > self._kv_start + self.max_time:
             raise TimeLimitExceeded(
                 f"virtual time would pass {self.max_time:g} s (next timer at {when:g} s): something "
@@ -711,6 +721,24 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self._kv_budget = self.max_steps  # the step bound is per instant: time moved
         self._fire_due_timers()
         return True
+
+    def _kv_after_violation(self, when: float) -> None:
+        """A run with a time limit (an explored test's) ends ``AFTER_VIOLATION_S`` of virtual time
+        after an audit raised its violation in it: the task it was raised in has died, and what
+        waits for that task (a test awaiting its clients, each awaiting a dead engine) would
+        otherwise wait, tick after tick of a watchdog, to the hour's limit (86-118 s of real
+        time, a blind user's). The explorer reports the violation, and this as what followed."""
+        from kvstress.audit._core import violations_mark
+
+        if self._kv_violated_at is None:
+            if violations_mark() == self._kv_audit_mark:
+                return
+            self._kv_violated_at = self._kv_now
+        if when > self._kv_violated_at + AFTER_VIOLATION_S:
+            raise TimeLimitExceeded(
+                f"virtual time would pass {AFTER_VIOLATION_S:g} s after an audit's violation (next "
+                f"timer at {when:g} s): the run stopped there. {self._waiting_tasks()}"
+            )
 
     def _wait_for_threads(self, bound: float) -> bool | None:
         """Wait in real time for work out in threads, as a real loop does, and move virtual time
