@@ -21,6 +21,7 @@ from typing import Any
 from kvstress.audit._core import first_violation_since, violations_mark
 from kvstress.controlled import SchedulerExhausted, SchedulerMisbehaved, run_controlled
 from kvstress.controlled._baton import ThreadController
+from kvstress.controlled._loop import REPORTED
 from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files
 from kvstress.controlled._reach import reached_modules, users_own
 from kvstress.schedulers import Schedule, ScheduleDivergence, Scheduler
@@ -265,6 +266,9 @@ def root_cause(failure: BaseException, mark: int) -> BaseException:
     else (a deadlock once the task that hit the violation died, a TaskGroup's error that
     wraps a worker's): the faulty call comes first, and the failure it led to is noted on it."""
     found = first_violation_since(mark)
+    if found is not None:
+        # The task it killed logged "Task exception was never retrieved" under the report.
+        setattr(found, REPORTED, True)
     if found is None or found is failure or _holds(failure, found):
         return failure
     summary = str(failure).strip().splitlines()[0] if str(failure).strip() else ""
