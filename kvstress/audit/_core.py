@@ -537,8 +537,9 @@ class AuditCore:
         return self.violation(
             "lost-block",
             f"{', '.join(said)}: nobody holds it, and it is still not in the pool's free queue "
-            f"{waited:g} s after the audit closed: the pool never offered it back (a pool bug, seen "
-            "at close; a pool may finish a release after it returned, and the audit waited for it)",
+            f"{waited:g} s after the audit closed: the pool never offered it back, or handed it to a "
+            "waiter that dropped it (a pool bug, seen at close; a pool may finish a release after "
+            "it returned, and the audit waited for it)",
         )
 
     def _close_quietly(self) -> None:
