@@ -453,3 +453,15 @@ def test_a_free_running_findings_replay_line_says_it_measures_a_rate() -> None:
     rate = {"replay": "kvstress replay r.json", "reproduction": {"reproduced": 0, "replays": 5}}
     assert replay_line(rate).startswith("replay: kvstress replay r.json (free-running")
     assert "0/5 times" in replay_line(rate)
+
+
+def test_a_finding_whose_first_replay_diverged_says_a_replay_may_not_reproduce_it() -> None:
+    """Pools that sort or zero in an executor's thread: 5 of 6 findings said "not reproduced"
+    on replay, and the console had said nothing (a blind user's)."""
+    from kvstress.reports import replay_line
+    from kvstress.scenarios._switches import switch_fields
+
+    diverged = {"replay": "kvstress replay r.json", **switch_fields("scenario", None, None)}
+    assert "did not follow the schedule" in replay_line(diverged)
+    followed = {"replay": "kvstress replay r.json", **switch_fields("scenario", None, ())}
+    assert replay_line(followed) == "replay: kvstress replay r.json"

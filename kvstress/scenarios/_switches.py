@@ -27,6 +27,7 @@ from typing import Any
 from kvstress.controlled import current_loop
 from kvstress.controlled._baton import active_controller
 from kvstress.harness._runner import Suspensions
+from kvstress.reports._report import DIVERGED
 from kvstress.schedulers import ReplayScheduler, Schedule, ScheduleDivergence
 
 
@@ -278,7 +279,7 @@ def switch_fields(kind: str, backend: str | None, switches: Sequence[Switch] | N
     """A report's ``switches`` (a list, or None) and ``switches_note`` (why there are none)."""
     note = unavailable(kind, backend)
     if note is None and switches is None:
-        note = "not recorded: the replay under the recorder did not follow the schedule"
+        note = DIVERGED
     elif note is None and not switches:
         note = "none: no worker was paused inside an operation or the pool's code"
     listed = [s.to_dict() for s in switches] if switches else None
