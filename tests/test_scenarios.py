@@ -732,3 +732,23 @@ def test_an_explored_tests_pct_never_fires_timers_early() -> None:
     for _ in range(4):
         assert scheduler.new_execution()
         assert scheduler.schedule().timers == 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_block_lost_by_a_pool_with_work_always_out_in_a_thread_is_not_a_hang(seed: int) -> None:
+    """The quiet check's wait for a block on its way back excused all the time work was out in
+    a thread; a compactor sorting in an executor every 2 ms kept it out, so a block it dropped
+    was waited for until the run's time limit: `hang` on seed 3 (a blind user's)."""
+    from pools.executor_compactor import ExecutorCompactorStalePool
+
+    config = config_for(ExecutorCompactorStalePool)
+    result = search(config, PCTScheduler(seed=seed), max_executions=100, shrink=False)
+    assert result.failure is not None and result.failure.violation.invariant == "lost-block"
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_pool_with_work_always_out_in_a_thread_is_clean(seed: int) -> None:
+    from pools.executor_compactor import ExecutorCompactorPool
+
+    result = search(config_for(ExecutorCompactorPool), PCTScheduler(seed=seed), max_executions=40)
+    assert result.failure is None, result.failure.describe()
