@@ -716,3 +716,15 @@ def test_a_guided_run_replays_exactly() -> None:
     replay.new_execution()
     assert [replay.next_task([0, 1], None), replay.next_u64(), replay.next_task([0, 1], 1)] == picks
     assert replay.finished
+
+
+def test_a_divergence_at_a_timers_choice_says_so() -> None:
+    """It said "the schedule chose task 1048578", an id no user can find (a blind user's
+    explored test whose work in to_thread made the replay diverge)."""
+    from kvstress.controlled._loop import TIMER_LANE
+
+    replay = ReplayScheduler(Schedule("random", 0, (TIMER_LANE + 2,)))
+    assert replay.new_execution()
+    with pytest.raises(ScheduleDivergence, match="chose to fire timer 2") as caught:
+        replay.next_task([0, 3], 0)
+    assert "to_thread" in str(caught.value)

@@ -62,7 +62,9 @@ class ReplayScheduler(OneShotScheduler):
                 f"the run asks for a task among {list(runnable)}, but the schedule drew a random value here"
             )
         if chosen not in runnable:
-            self._diverged(f"the schedule chose task {chosen}, but the runnable tasks are {list(runnable)}")
+            self._diverged(
+                f"the schedule chose {_choice(chosen)}, but the runnable tasks are {list(runnable)}"
+            )
         return chosen
 
     def _before_draw(self) -> None:
@@ -79,5 +81,17 @@ class ReplayScheduler(OneShotScheduler):
     def _diverged(self, what: str) -> None:
         raise ScheduleDivergence(
             f"replay diverged at choice {self.choices_so_far}: {what}. The program is not deterministic "
-            "under the scheduler, or the schedule was recorded from another program"
+            "under the scheduler (work handed to real threads, an executor's or to_thread's, runs "
+            "outside the schedule and comes back when it will), or the schedule was recorded from "
+            "another program"
         )
+
+
+_TIMER_CHOICE = 1 << 20  # the controlled loop's ``TIMER_LANE`` (the schedulers import nothing of it)
+
+
+def _choice(chosen: int) -> str:
+    """A recorded choice as a reader knows it: a task's id, or a timer's firing."""
+    if chosen >= _TIMER_CHOICE:
+        return f"to fire timer {chosen - _TIMER_CHOICE} (choice {chosen})"
+    return f"task {chosen}"
