@@ -56,11 +56,11 @@ from kvstress.controlled._loop import (
     FIRE_HORIZON,
     FOREIGN_POLL_S,
     REAL_CLOCK_HINT,
-    TIMER_LANE,
     late_offers,
 )
 from kvstress.controlled._quiet import quiet_lines
 from kvstress.schedulers import ALL_TIMERS, Scheduler
+from kvstress.schedulers._schedule import TIMER_LANE
 
 _OS_START = threading.Thread.start
 

@@ -53,6 +53,7 @@ from kvstress.controlled._errors import (
 from kvstress.controlled._foreign import ThreadWatch
 from kvstress.controlled._thread_work import following_thread_work
 from kvstress.schedulers import ALL_TIMERS, Scheduler
+from kvstress.schedulers._schedule import TIMER_LANE
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -89,10 +90,6 @@ which no timer fires ahead of what is runnable: a thread or task still running t
 (the longest run between two such moves measured on the corpus's polling and timer pools was
 under 1,000), and a timer's jump must not let its deadline pass for it, which would hide the
 spin."""
-TIMER_LANE = 1 << 20
-"""The choice that fires the next timer early on the controlled loop (``fires_timers`` at
-``ALL_TIMERS``): an id no task's lane reaches. At a late jump (``late_timers``), the choice
-``TIMER_LANE + i`` jumps to the ``i``-th of the timers offered."""
 LATE_WINDOW = 0.002
 """Virtual seconds a timer may fire late on the controlled loop (``late_timers``: an explored
 test's schedules). When nothing is ready, time jumps to the next timer, or to any later one due
@@ -231,6 +228,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self.max_time = max_time
         from kvstress.audit._core import violations_mark  # here: the audit imports this module
 
+        self._kv_violations = violations_mark  # read at time jumps (``_kv_after_violation``)
         self._kv_audit_mark = violations_mark()  # audits' violations before this run
         self._kv_violated_at: float | None = None  # when this run first saw one
         self._kv_now = self._kv_start = float(start_time)
@@ -738,10 +736,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         waits for that task (a test awaiting its clients, each awaiting a dead engine) would
         otherwise wait, tick after tick of a watchdog, to the hour's limit (86-118 s of real
         time, a blind user's). The explorer reports the violation, and this as what followed."""
-        from kvstress.audit._core import violations_mark
-
         if self._kv_violated_at is None:
-            if violations_mark() == self._kv_audit_mark:
+            if self._kv_violations() == self._kv_audit_mark:
                 return
             self._kv_violated_at = self._kv_now
         if when > self._kv_violated_at + AFTER_VIOLATION_S:

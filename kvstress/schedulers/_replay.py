@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from kvstress.schedulers._base import OneShotScheduler
 from kvstress.schedulers._errors import ScheduleDivergence
-from kvstress.schedulers._schedule import RANDOM_DRAW, Schedule
+from kvstress.schedulers._schedule import RANDOM_DRAW, TIMER_LANE, Schedule
 
 
 class ReplayScheduler(OneShotScheduler):
@@ -87,11 +87,8 @@ class ReplayScheduler(OneShotScheduler):
         )
 
 
-_TIMER_CHOICE = 1 << 20  # the controlled loop's ``TIMER_LANE`` (the schedulers import nothing of it)
-
-
 def _choice(chosen: int) -> str:
     """A recorded choice as a reader knows it: a task's id, or a timer's firing."""
-    if chosen >= _TIMER_CHOICE:
-        return f"to fire timer {chosen - _TIMER_CHOICE} (choice {chosen})"
+    if chosen >= TIMER_LANE:
+        return f"to fire timer {chosen - TIMER_LANE} (choice {chosen})"
     return f"task {chosen}"

@@ -223,3 +223,9 @@ class _Reader:
             shift += 7
             if shift >= 70:  # ten bytes hold any u64
                 raise ValueError(f"schedule is corrupt: the {what} is longer than 64 bits")
+
+
+TIMER_LANE = 1 << 20
+"""The choice that fires the next timer early on the controlled loop (``fires_timers`` at
+``ALL_TIMERS``): an id no task's lane reaches. At a late jump (``late_timers``), the choice
+``TIMER_LANE + i`` jumps to the ``i``-th of the timers offered."""
