@@ -330,7 +330,7 @@ class SegfaultPool(CondvarPool):
 
     def release(self, block):
         type(self).releases += 1
-        if type(self).releases == 30:
+        if type(self).releases >= 30:  # two releases may count before either compares
             ctypes.string_at(0)
         return super().release(block)
 
