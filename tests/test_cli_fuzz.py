@@ -121,6 +121,12 @@ def test_report_prints_and_rerenders(found: tuple[subprocess.CompletedProcess[st
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--report-dir", "/dev/null/r"], "--report-dir"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--report-dir", "/proc/x"], "--report-dir"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--blocks", "0"], "--blocks must be an int >= 1"),
+        # argparse takes "-2,4" for an option: the line says how to pass it
+        (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--block-shape", "-2,4"], "--block-shape=-2,4"),
+        (
+            ["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--report-dir", "a-file"],
+            "a file, not a directory",
+        ),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--shard", "2/2"], "--shard"),
         (["fuzz", "--pool", "kvstress:ThreadedBlockPool", "--strategy", "magic"], "--strategy"),
         (["replay", "missing.json"], "cannot read"),
@@ -136,6 +142,7 @@ def test_bad_input_is_one_line_and_exit_2(
     """Usage, import and configuration errors: exit 2, one stderr line naming the problem (in this
     process, as the script runs it after its imports: see the next test for the script)."""
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
     status = main(args)
     out, err = capsys.readouterr()
     assert status == 2, out + err

@@ -23,6 +23,8 @@ def configure(report_dir: str | Path, *, console: bool | None = None) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8")]
     except OSError as error:
+        if directory.exists() and not directory.is_dir():
+            raise UsageError(f"--report-dir {str(report_dir)!r} is a file, not a directory") from None
         raise UsageError(
             f"--report-dir {str(report_dir)!r} cannot hold reports: {error.strerror or error}"
         ) from None
