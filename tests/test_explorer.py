@@ -701,3 +701,31 @@ def test_datetime_now_moves_with_virtual_time() -> None:
     explore(main, schedules=5, strategy="random", seed=0)
     explore(threads, schedules=5, strategy="random", seed=0)
     assert type(datetime.datetime.now()) is datetime.datetime  # outside a run: the real one
+
+
+def test_a_long_schedule_is_printed_whole_once() -> None:
+    """A long run's schedule (kilobytes) is cut on the ``schedule:`` line and whole in the replay
+    call, which replays it: the note does not carry it twice."""
+
+    async def chatty() -> None:
+        async def talk(who: int) -> int:
+            for _ in range(2000):
+                await asyncio.sleep(0)
+            return who
+
+        first = await asyncio.wait(
+            {asyncio.ensure_future(talk(0)), asyncio.ensure_future(talk(1))},
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        assert next(iter(first[0])).result() == 0, "talker 1 finished first"
+
+    with pytest.raises(AssertionError, match="talker 1") as caught:
+        explore(chatty, schedules=200, strategy="random", seed=1)
+    note = "\n".join(caught.value.__notes__)
+    schedule_line = next(line for line in note.splitlines() if "schedule:" in line)
+    assert "characters: whole in the replay line" in schedule_line
+    whole = re.search(r"replay=('ks1:[A-Za-z0-9_-]+')", note)
+    assert whole is not None and len(whole.group(1)) > 400
+    assert note.count(whole.group(1)[1:-1]) == 1
+    with pytest.raises(AssertionError, match="talker 1"):
+        explore(chatty, replay=whole.group(1)[1:-1])

@@ -87,6 +87,10 @@ def explore(
     return Explored(outcome.runs, strategy, run_seed, outcome.exhausted)
 
 
+LONG_SCHEDULE = 400
+"""A schedule longer than this (characters) is shown cut on the ``schedule:`` line."""
+
+
 def failure_note(
     outcome: Outcome, strategy: str, seed: int, limit: int, replay_hint: str, what: str = "failed"
 ) -> str:
@@ -103,7 +107,12 @@ def failure_note(
             f"kvstress: schedule {outcome.runs} of at most {limit} {what} (strategy {strategy!r}, "
             f"seed {seed}; seed={seed} in the marker or the call repeats the search)"
         )
-    return f"{head}\n  schedule: {schedule}\n  replay:   {replay_hint.format(schedule)}"
+    shown = schedule
+    if len(schedule) > LONG_SCHEDULE:  # a long run's schedule is kilobytes: printed whole once
+        shown = (
+            f"{schedule[: LONG_SCHEDULE // 4]}... ({len(schedule):,} characters: whole in the replay line)"
+        )
+    return f"{head}\n  schedule: {shown}\n  replay:   {replay_hint.format(schedule)}"
 
 
 def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay_hint: str) -> None:
