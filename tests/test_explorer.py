@@ -23,7 +23,7 @@ import pytest
 import kvstress
 from kvstress import Explored, explore
 from kvstress.controlled import LATE_WINDOW, TimeLimitExceeded, run_controlled
-from kvstress.schedulers import RandomScheduler
+from kvstress.schedulers import RandomScheduler, ScheduleDivergence
 
 REAL_START = threading.Thread.start
 REAL_MONOTONIC = time.monotonic
@@ -729,3 +729,30 @@ def test_a_long_schedule_is_printed_whole_once() -> None:
     assert note.count(whole.group(1)[1:-1]) == 1
     with pytest.raises(AssertionError, match="talker 1"):
         explore(chatty, replay=whole.group(1)[1:-1])
+
+
+def test_a_replay_that_leaves_its_schedule_is_tried_again() -> None:
+    """Work in real threads comes back at other points from one try to the next: a replay whose
+    try diverges is tried again (up to REPLAY_TRIES), and the failure says which try followed
+    the schedule; where none does, the divergence says how many tried."""
+    with pytest.raises(AssertionError) as caught:
+        explore(booking(racy=True), schedules=200, seed=7)
+    match = SCHEDULE.search("\n".join(caught.value.__notes__))
+    assert match is not None
+    strays = [0]
+
+    async def sometimes_other() -> None:
+        if strays[0]:  # a stray task the recorded run did not have: this try diverges
+            strays[0] -= 1
+            await asyncio.gather(asyncio.sleep(0), asyncio.sleep(0), booking(racy=True)())
+        await booking(racy=True)()
+
+    strays[0] = 2
+    with pytest.raises(AssertionError, match="overbooked") as again:
+        explore(sometimes_other, replay=match.group(1))
+    assert "followed its schedule on try 3 (the 2 before it" in "\n".join(again.value.__notes__)
+    strays[0] = 1000
+    with pytest.raises(ScheduleDivergence) as lost:
+        explore(sometimes_other, replay=match.group(1))
+    assert "all 20 tries of the replay left the schedule" in "\n".join(lost.value.__notes__)
+    assert strays[0] == 1000 - 20

@@ -520,3 +520,85 @@ def test_total():
     assert spent >= 6 * 0.02
     cases = {case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").iter("testcase")}
     assert float(cases["test_work"].get("time", "0")) >= spent
+
+
+STRAYS = """
+import asyncio
+import os
+import threading
+
+import anyio
+import pytest
+
+from test_seats import lost_update_anyio, two_clients, two_threads
+
+STRAYS = [int(os.environ.get("STRAYS", "0"))]
+
+
+def stray():
+    # A try that the recorded run did not make: as work in real threads that comes back early
+    if STRAYS[0]:
+        STRAYS[0] -= 1
+        return True
+    return False
+
+
+@pytest.fixture
+def seats_fixture():
+    return []
+
+
+@pytest.mark.kvstress_explore(schedules=200, seed=3)
+@pytest.mark.asyncio
+async def test_asyncio_racy(seats_fixture):
+    if stray():
+        await asyncio.gather(asyncio.sleep(0), asyncio.sleep(0))
+    await two_clients(asyncio.sleep, racy=True)
+
+
+@pytest.mark.kvstress_explore(schedules=50, strategy="random", seed=3)
+@pytest.mark.anyio
+async def test_anyio_lost_update():
+    if stray():
+        async with anyio.create_task_group() as group:
+            group.start_soon(anyio.sleep, 0)
+            group.start_soon(anyio.sleep, 0)
+    await lost_update_anyio()
+
+
+@pytest.mark.kvstress_explore(schedules=200, seed=3)
+def test_threads_racy(seats_fixture):
+    if stray():
+        helper = threading.Thread(target=lambda: None)
+        helper.start()
+        helper.join()
+    two_threads(racy=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "test", ["test_asyncio_racy", "test_anyio_lost_update[asyncio]", "test_threads_racy"]
+)
+def test_a_replay_that_leaves_its_schedule_is_tried_again(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, test: str
+) -> None:
+    """A replayed try that diverges (work in real threads back at another point) is tried again
+    on fresh fixtures; the failure says which try followed the schedule."""
+    _suite(pytester)
+    pytester.makepyfile(test_strays=STRAYS)
+    nodeid = f"test_strays.py::{test}"
+    found = pytester.runpytest_subprocess("-p", "no:cacheprovider", nodeid)
+    found.assert_outcomes(failed=1)
+    schedule = REPLAY.findall(found.stdout.str())[0][0]
+    monkeypatch.setenv("STRAYS", "2")
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--kvstress-replay={schedule}", nodeid)
+    again.assert_outcomes(failed=1)
+    out = again.stdout.str()
+    assert "kvstress: the replayed schedule failed" in out
+    assert "followed its schedule on try 3 (the 2 before it left the schedule" in out
+    if test != "test_asyncio_racy":
+        return
+    monkeypatch.setenv("STRAYS", "100")
+    lost = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--kvstress-replay={schedule}", nodeid)
+    lost.assert_outcomes(failed=1)
+    assert "all 20 tries of the replay left the schedule" in lost.stdout.str()

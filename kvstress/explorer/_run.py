@@ -24,7 +24,7 @@ from kvstress.controlled._baton import ThreadController
 from kvstress.controlled._loop import REPORTED
 from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files
 from kvstress.controlled._reach import reached_modules, users_own
-from kvstress.schedulers import Schedule, ScheduleDivergence, Scheduler
+from kvstress.schedulers import ReplayScheduler, Schedule, ScheduleDivergence, Scheduler
 
 # The library's threaded modules (the pools, and the block tables, manager and prefix cache a
 # serving loop builds on them) are always cooperative on the baton: their locks must be the
@@ -143,6 +143,7 @@ def search(
     failure_types: tuple[type[BaseException], ...] = (Exception,),
     modules: Iterable[object] = (),
     backend: str = "asyncio",
+    retry: bool = True,
 ) -> Outcome:
     """Run ``fn`` under at most ``limit`` executions of ``scheduler``, stopping at the first failure.
 
@@ -153,7 +154,8 @@ def search(
     the loop's virtual clock. A plain ``fn`` runs on the baton, ``modules`` traced and
     cooperative. ``ScheduleDivergence`` (``fn`` is not deterministic under control, or a replayed
     schedule belongs to other code) and ``SchedulerMisbehaved`` are not findings about ``fn``:
-    they propagate, as does anything outside ``failure_types`` (KeyboardInterrupt, a skip).
+    they propagate, as does anything outside ``failure_types`` (KeyboardInterrupt, a skip);
+    with ``retry``, a replay whose try diverged is tried again first (``ReplayScheduler.again``).
     """
     if is_async(fn):
         if check_backend(backend) == "trio":
@@ -167,13 +169,13 @@ def search(
             with loop_clock(clocked, fresh_primitives=True):
                 return run()
 
-        return _loop(once, scheduler, limit, failure_types)
+        return _loop(once, scheduler, limit, failure_types, retry)
     resolved = thread_modules(fn, modules)
     files = source_files(resolved)
     plain = functools.partial(_not_awaitable, fn)
     with cooperative((*resolved, *used_modules(fn, resolved), *executor_modules())):
         once = lambda: ThreadController(scheduler, trace_files=files, max_time=MAX_TIME_S).run(plain)  # noqa: E731
-        return _loop(once, scheduler, limit, failure_types)
+        return _loop(once, scheduler, limit, failure_types, retry)
 
 
 def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
@@ -246,19 +248,53 @@ def _loop(
     scheduler: Scheduler,
     limit: int,
     failure_types: tuple[type[BaseException], ...],
+    retry: bool = True,
 ) -> Outcome:
-    for done in range(limit):
+    done = 0
+    while done < limit:
         mark = violations_mark()
         try:
             once()
         except SchedulerExhausted:
             return Outcome(done, exhausted=True)
-        except (ScheduleDivergence, SchedulerMisbehaved):
+        except ScheduleDivergence as divergence:
+            if retry and diverged_again(scheduler, divergence):
+                continue
+            raise
+        except SchedulerMisbehaved:
             raise
         except failure_types as failure:
             cause = root_cause(failure, mark)
+            note_tries(scheduler, cause)
             return Outcome(done + 1, exhausted=False, failure=cause, schedule=scheduler.schedule())
+        done += 1
     return Outcome(limit, exhausted=False)
+
+
+def diverged_again(scheduler: object, divergence: ScheduleDivergence) -> bool:
+    """After a replay's try left its schedule: True where the replay may try again; otherwise
+    the divergence says how many tries it had."""
+    if not isinstance(scheduler, ReplayScheduler):
+        return False
+    if scheduler.again():
+        return True
+    tries = scheduler.diverged
+    if tries > 1:
+        divergence.add_note(
+            f"kvstress: all {tries} tries of the replay left the schedule: the work in real threads "
+            "comes back at other points each time; the search's own seed (seed= in the marker or "
+            "the call) runs the search again"
+        )
+    return False
+
+
+def note_tries(scheduler: object, failure: BaseException) -> None:
+    """A replay that failed after tries that left its schedule says which try it was."""
+    if isinstance(scheduler, ReplayScheduler) and scheduler.diverged:
+        failure.add_note(
+            f"kvstress: the replay followed its schedule on try {scheduler.tried} (the {scheduler.diverged} "
+            "before it left the schedule: work in real threads runs outside it)"
+        )
 
 
 def root_cause(failure: BaseException, mark: int) -> BaseException:

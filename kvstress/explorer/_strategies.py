@@ -80,13 +80,18 @@ def make_scheduler(strategy: str, seed: int) -> Scheduler:
     return STRATEGIES[strategy](seed)
 
 
+REPLAY_TRIES = 20
+"""How many times a replay is tried while its tries leave the schedule (work in real threads)."""
+
+
 def replay_scheduler(schedule: object, name: str = "replay") -> ReplayScheduler:
-    """A scheduler that replays ``schedule`` (its ``ks1:`` text); ValueError naming ``name``."""
+    """A scheduler that replays ``schedule`` (its ``ks1:`` text), up to ``REPLAY_TRIES`` times
+    while each try diverges; ValueError naming ``name``."""
     if not isinstance(schedule, str):
         raise ValueError(
             f"{name} must be a 'ks1:...' schedule string, got {schedule!r} ({type(schedule).__name__})"
         )
     try:
-        return ReplayScheduler(schedule)
+        return ReplayScheduler(schedule, REPLAY_TRIES)
     except ValueError as error:
         raise ValueError(f"{name}: {error}") from None

@@ -374,7 +374,8 @@ class ExploredTests:
     ) -> Callable[..., None]:
         """The test function as one schedule of ``run``; the last one records the count."""
         from kvstress.explorer._explore import failure_note, raise_failure
-        from kvstress.explorer._run import search
+        from kvstress.explorer._run import diverged_again, search
+        from kvstress.schedulers import ScheduleDivergence
 
         @functools.wraps(test)
         def explore_once(**fixtures: Any) -> None:
@@ -386,8 +387,19 @@ class ExploredTests:
             fn = functools.partial(test, **fixtures)
             try:
                 outcome = search(
-                    fn, run.scheduler, 1, failure_types=_FAILURES, modules=run.modules, backend=backend
+                    fn,
+                    run.scheduler,
+                    1,
+                    failure_types=_FAILURES,
+                    modules=run.modules,
+                    backend=backend,
+                    retry=False,  # a replay's next try needs fresh fixtures: the next copy's
                 )
+            except ScheduleDivergence as divergence:
+                if diverged_again(run.scheduler, divergence):
+                    return  # this copy passes, unseen; the next one tries the replay again
+                run.done = True
+                raise
             except BaseException:
                 run.done = True
                 raise
@@ -414,7 +426,7 @@ class ExploredTests:
         __tracebackhide__ = True
         from kvstress.controlled import SchedulerMisbehaved
         from kvstress.explorer._explore import failure_note, raise_failure
-        from kvstress.explorer._run import Outcome, root_cause
+        from kvstress.explorer._run import Outcome, diverged_again, note_tries, root_cause
         from kvstress.schedulers import ScheduleDivergence
 
         scheduler = run.scheduler
@@ -430,13 +442,22 @@ class ExploredTests:
         hint = _replay_hint(item)
         try:
             result = yield
-        except (ScheduleDivergence, SchedulerMisbehaved):
+        except ScheduleDivergence as divergence:
+            if diverged_again(scheduler, divergence):
+                # This copy passes, unseen; the next one tries the replay again. Its teardown
+                # runs in order (the replay holds no choice for it).
+                run.loop.scheduler = _InOrder()
+                return None
+            run.done = True
+            raise
+        except SchedulerMisbehaved:
             run.done = True
             raise
         except _FAILURES as failure:
             run.runs += 1
             run.done = True
             cause = root_cause(failure, run.audit_mark)
+            note_tries(scheduler, cause)
             failed = Outcome(run.runs, exhausted=False, failure=cause, schedule=scheduler.schedule())
             # The schedule ends here (a replay holds no more choices): the teardown runs in order.
             run.loop.scheduler = _InOrder()

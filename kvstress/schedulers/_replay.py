@@ -10,23 +10,43 @@ from kvstress.schedulers._schedule import RANDOM_DRAW, TIMER_LANE, Schedule
 
 
 class ReplayScheduler(OneShotScheduler):
-    """Replays ``schedule`` (a ``Schedule`` or its ``ks1:`` text) for one execution.
+    """Replays ``schedule`` (a ``Schedule`` or its ``ks1:`` text) for one execution (up to
+    ``tries`` where executions diverge and the caller asks ``again``).
 
     Task choices are taken from the schedule, random values are regenerated from its seed, and
     the replay's own ``schedule()`` equals the original. A run that asks for a task the schedule
     did not choose, a random value where it chose a task (or the reverse), or more decisions than
-    it holds raises ``ScheduleDivergence``. ``new_execution`` is True once, then False.
+    it holds raises ``ScheduleDivergence``. ``new_execution`` is True once, then False (until
+    ``again``).
     """
 
     name = "replay"
 
-    def __init__(self, schedule: Schedule | str) -> None:
+    def __init__(self, schedule: Schedule | str, tries: int = 1) -> None:
         if isinstance(schedule, str):
             schedule = Schedule.decode(schedule)
         elif not isinstance(schedule, Schedule):
             raise TypeError(f"schedule must be a Schedule or its encoded str, got {type(schedule).__name__}")
         super().__init__(schedule.seed)
         self.replayed = schedule
+        self.tries = tries
+        self.tried = 0  # executions started
+        self.diverged = 0  # of them, those that left the schedule
+
+    def _begin(self) -> bool:
+        started = super()._begin()
+        self.tried += started
+        return started
+
+    def again(self) -> bool:
+        """After an execution that diverged: whether it may be tried once more (then the next
+        ``new_execution`` starts the schedule over). Work handed to real threads runs outside
+        the schedule, and comes back at another point of it from one try to the next."""
+        self.diverged += 1
+        if self.tried >= self.tries:
+            return False
+        self._used = False
+        return True
 
     @property
     def finished(self) -> bool:
