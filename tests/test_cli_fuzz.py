@@ -461,6 +461,57 @@ def test_a_replay_beside_a_fixed_module_imports_the_fix(
     assert done.stdout.startswith("not reproduced: dirty-read"), done.stdout
 
 
+CHANGED_BUT_BUGGY = """
+import threading
+
+from pools.tiny import TinyPool, TinyResetAfterOfferPool as Buggy
+
+
+class TinyResetAfterOfferPool(Buggy):
+    def acquire(self, timeout=None):
+        with self._lock:  # one more lock section: the recorded schedule no longer applies
+            pass
+        return super().acquire(timeout)
+"""
+
+FIXED_OTHERWISE = """
+from pools.tiny import TinyStrictPool
+
+
+class TinyResetAfterOfferPool(TinyStrictPool):
+    def release(self, block):
+        with self._lock:  # one more lock section: the recorded schedule no longer applies
+            pass
+        return super().release(block)
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "status", "says"),
+    [(CHANGED_BUT_BUGGY, 1, "failed the same way"), (FIXED_OTHERWISE, 0, "ran without it")],
+)
+def test_a_replay_whose_schedule_no_longer_applies_searches_the_reports_programs(
+    found: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path, module: str, status: int, says: str
+) -> None:
+    """Code changed since the report (a fix, or an edit that kept the bug) no longer follows the
+    recorded schedule: the replay searches other schedules of the report's programs. The bug
+    kept is reproduced (exit 1), a fix runs clean (exit 0) and says how much was searched; it
+    said only that real threads or the real clock took another course (a blind user's fixes)."""
+    _, cwd = found
+    report = next((cwd / "reports").glob("*.json"))
+    (tmp_path / "pools").mkdir()
+    (tmp_path / "pools" / "__init__.py").write_text("")
+    (tmp_path / "pools" / "tiny.py").write_text((TESTS / "pools" / "tiny.py").read_text())
+    (tmp_path / "changed.py").write_text(module)
+    copy = json.loads(report.read_text())
+    copy["pool"] = "changed:TinyResetAfterOfferPool"
+    (tmp_path / "report.json").write_text(json.dumps(copy))
+    done = _without_pythonpath([sys.executable, "-m", "kvstress", "replay", "report.json"], tmp_path)
+    assert done.returncode == status, done.stdout + done.stderr
+    assert says in done.stdout and "the recorded schedule no longer applies" in done.stdout, done.stdout
+    assert "the report recorded:" in done.stdout
+
+
 def test_a_reports_replay_command_works_from_any_directory(
     found: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:

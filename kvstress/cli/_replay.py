@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _summary(report: dict[str, object]) -> None:
     """What the report recorded: the violation, where it was found, and its interleaving."""
+    print("the report recorded:")
     print(f"violation: [{report['invariant']}] {' '.join(str(report['message']).splitlines())}")
     print(f"pool: {report['pool']}  strategy: {report['strategy']}  seed: {report['seed']}")
     table = report.get("table")

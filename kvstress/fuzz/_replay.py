@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,9 +22,9 @@ from kvstress.fuzz._run import ctrl_c_flag
 from kvstress.fuzz._slices import run_machine, scenario_config
 from kvstress.fuzz._target import FuzzTarget, load_target, make_cwd_importable
 from kvstress.reports import load_report
-from kvstress.scenarios import ScenarioConfig, replay, run_stress_execution
+from kvstress.scenarios import ScenarioConfig, replay, run_stress_execution, search
 from kvstress.scenarios._programs import Scenario
-from kvstress.schedulers import ScheduleDivergence
+from kvstress.schedulers import PCTScheduler, RandomScheduler, ScheduleDivergence
 
 KINDS = ("scenario", "stress", "machine", "contract", "crash")
 CRASH_MARGIN_S = 30.0
@@ -158,19 +159,85 @@ def _replay_schedule(
             return ReplayOutcome(invariant, 1, 1, "exact replay of the recorded schedule")
         else:
             return ReplayOutcome(invariant, attempt, 1, _UNSTEADY.format(attempt - 1))
+    if diverged:
+        searched = _search_programs(config, report, invariant)
+        if searched is not None:
+            return searched
     if diverged == tries:
         return ReplayOutcome(
             invariant,
             tries,
             0,
-            f"{other} (in each of {tries} replays: the pool's work outside the schedule, in real "
-            "threads or on the real clock, takes another course each run; a clean replay does "
-            "not show a fix here: fuzz again with the report's seed)",
+            f"{other} (in each of {tries} replays: the pool's code changed since the report (a fix "
+            "does that), or its work outside the schedule, in real threads or on the real clock, "
+            "takes another course each run; a clean replay does not show a fix here: "
+            f"{_fuzz_again(report)})",
         )
     if clean == tries:
         return ReplayOutcome(invariant, tries, 0, "the schedule ran clean: the pool no longer fails this way")
     ran = f"{clean} clean, {diverged} off the schedule, {tries - clean - diverged} failing otherwise"
     return ReplayOutcome(invariant, tries, 0, f"{other} ({ran})")
+
+
+PROGRAMS_SEARCH_S = 5.0
+"""Wall seconds a replay whose schedule no longer applies searches the report's programs."""
+PROGRAMS_SEARCH_RUNS = 2000
+"""Executions that search runs at most (each strategy half of them)."""
+
+
+def _search_programs(
+    config: ScenarioConfig, report: Mapping[str, Any], invariant: str
+) -> ReplayOutcome | None:
+    """Where the recorded schedule no longer applies (the pool changed, a fix say, or its
+    threads take another course), search other schedules of the report's own programs, PCT
+    then random, seeded by the report: the same failure again is a reproduction; none in the
+    bound is as good a sign of a fix as a replay can give. None: the report has no programs."""
+    try:
+        programs = Scenario.from_json(report.get("scenario"))
+    except (TypeError, ValueError, KeyError, IndexError):
+        return None
+    fixed = replace(config, scenario=programs)
+    recorded = report.get("seed")
+    seed = recorded % (1 << 64) if isinstance(recorded, int) else 0
+    runs = 0
+    began = time.monotonic()
+    for scheduler in (PCTScheduler(depth=3, seed=seed), RandomScheduler(seed=seed)):
+        found = search(
+            fixed,
+            scheduler,
+            max_executions=PROGRAMS_SEARCH_RUNS // 2,
+            budget_s=PROGRAMS_SEARCH_S / 2,
+            shrink=False,
+        )
+        runs += found.executions
+        if found.failure is not None and found.failure.violation.invariant == invariant:
+            return ReplayOutcome(
+                invariant,
+                1,
+                1,
+                f"the recorded schedule no longer applies, but a search of the report's programs "
+                f"({scheduler.name}) failed the same way after {runs} executions "
+                f"({time.monotonic() - began:.2f} s): {found.failure.violation}",
+            )
+    return ReplayOutcome(
+        invariant,
+        1,
+        0,
+        f"the recorded schedule no longer applies (the pool's code changed, or its work in real "
+        f"threads took another course), and {runs} other schedules of the report's programs "
+        f"({time.monotonic() - began:.1f} s of PCT and random) ran without it: what a replay can "
+        f"show of a fix; {_fuzz_again(report)} for the whole search",
+    )
+
+
+def _fuzz_again(report: Mapping[str, Any]) -> str:
+    """The command that repeats the report's fuzz run (its --seed is the run's, not the stream's)."""
+    config = report.get("config")
+    seed = config.get("fuzz_seed") if isinstance(config, Mapping) else None
+    pool = report.get("pool")
+    if isinstance(seed, int) and isinstance(pool, str):
+        return f"kvstress fuzz --pool {pool} --seed {seed}"
+    return "fuzz again"
 
 
 _UNSTEADY = (
