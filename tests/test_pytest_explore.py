@@ -602,3 +602,76 @@ def test_a_replay_that_leaves_its_schedule_is_tried_again(
     lost = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--kvstress-replay={schedule}", nodeid)
     lost.assert_outcomes(failed=1)
     assert "all 20 tries of the replay left the schedule" in lost.stdout.str()
+
+
+ALARM_CONFTEST = """
+import signal
+
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    # What pytest-timeout's signal method does: an alarm over the whole protocol whose handler
+    # fails the test wherever the main thread is when it fires.
+    marker = item.get_closest_marker("alarm")
+    if marker is not None:
+        def fire(signum, frame):
+            pytest.fail("Timeout (>%ss) from pytest-timeout." % marker.args[0])
+
+        signal.signal(signal.SIGALRM, fire)
+        signal.setitimer(signal.ITIMER_REAL, marker.args[0])
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+"""
+
+ALARMED = """
+import threading
+
+import pytest
+
+
+def two_threads():
+    lock = threading.Lock()
+    seen = []
+
+    def work():
+        for _ in range(3):
+            with lock:
+                seen.append(1)
+
+    workers = [threading.Thread(target=work) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+@pytest.mark.alarm(ALARM_S)
+@pytest.mark.kvstress_explore(schedules=1000000, strategy="random", seed=0)
+def test_explores_past_its_timeout():
+    two_threads()
+
+
+def test_after_it():
+    pass
+"""
+
+
+@pytest.mark.parametrize("alarm_s", [0.05, 0.3, 1.0])
+def test_a_timeout_alarm_fails_the_explored_test_not_the_session(
+    pytester: pytest.Pytester, alarm_s: float
+) -> None:
+    """pytest-timeout's alarm (the signal method) fails the test wherever it lands: in the first
+    marked test's protocol (where the explorer and torch were imported: an INTERNALERROR that
+    ended the session), between two phases, or in a schedule, whose failure then says the
+    timeout stopped it and offers no replay that cannot work."""
+    pytester.makeini(INI + "markers = alarm\n")
+    pytester.makeconftest(ALARM_CONFTEST)
+    pytester.makepyfile(test_alarmed=ALARMED.replace("ALARM_S", str(alarm_s)))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-rA")
+    out = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in out, out
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "PASSED test_alarmed.py::test_after_it" in out, out
+    assert "Timeout (>" in out and "--kvstress-replay=" not in out, out

@@ -131,8 +131,21 @@ def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay
             details, message = violation.details(), str(violation)
             rest = details.removeprefix(message) if details.startswith(message) else details
             violation.add_note(rest.lstrip("\n"))
+    if _stopped_by_timeout(failure):
+        # Not the schedule's failure: a wall-clock alarm cut it, and its replay diverges there.
+        failure.add_note(
+            f"kvstress: pytest-timeout's limit stopped the exploration in schedule {outcome.runs} "
+            f"of at most {limit} (strategy {strategy!r}, seed {seed}); the schedules before it "
+            "passed. A longer timeout for this test, or fewer schedules, lets it finish"
+        )
+        raise failure
     failure.add_note(failure_note(outcome, strategy, seed, limit, replay_hint))
     raise failure
+
+
+def _stopped_by_timeout(failure: BaseException) -> bool:
+    """Whether ``failure`` is pytest-timeout's (its alarm fails the test where it lands)."""
+    return type(failure).__name__ == "Failed" and "from pytest-timeout" in str(failure)
 
 
 def violations_in(error: BaseException) -> list[InvariantViolation]:

@@ -164,10 +164,18 @@ class ExploredTests:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """``--kvstress-replay`` replays one test's schedule: with several marked tests selected,
         every other one ran that schedule and failed with a divergence of its own; with none,
-        nothing was replayed and the run passed. Refused at the start, naming them."""
+        nothing was replayed and the run passed. Refused at the start, naming them.
+
+        Where a test is marked, the explorer (and torch) is imported now: imported in the first
+        marked test's protocol, it took seconds outside any of the test's phases, and a
+        pytest-timeout alarm that fired there ended the session in an INTERNALERROR (a blind
+        team's suite, ``timeout = 60``)."""
+        marked = [item.nodeid for item in items if item.get_closest_marker(MARKER_NAME) is not None]
+        if marked:
+            import kvstress.explorer._explore
+            import kvstress.explorer._strategies  # noqa: F401
         if self._replay is None:
             return
-        marked = [item.nodeid for item in items if item.get_closest_marker(MARKER_NAME) is not None]
         if not marked:
             # A mistyped or unmarked test replayed nothing, and the run passed (a blind user's CI).
             raise pytest.UsageError(
@@ -197,6 +205,10 @@ class ExploredTests:
         try:
             with adopting(self._alive_code_threads):
                 run_schedules(item, nextitem, run)
+        except pytest.fail.Exception as stopped:
+            # A signal's failure (pytest-timeout's alarm) that landed outside every phase: the
+            # test fails with it, torn down, and the session goes on (an INTERNALERROR ended it).
+            _fail_outside_phases(item, nextitem, stopped)
         finally:
             self._active = None
         return True
@@ -573,6 +585,22 @@ def _failure_properties(item: pytest.Function, outcome: Any, hint: str) -> None:
 
 def _nothing(**fixtures: Any) -> None:
     """Called in place of a test that has no schedule left to run."""
+
+
+def _fail_outside_phases(item: pytest.Function, nextitem: pytest.Item | None, stopped: BaseException) -> None:
+    """Report ``item`` failed with ``stopped``, and tear it down to ``nextitem``."""
+    ihook = item.ihook
+
+    def fail() -> None:
+        raise stopped
+
+    for when, hook in (
+        ("call", fail),
+        ("teardown", lambda: ihook.pytest_runtest_teardown(item=item, nextitem=nextitem)),
+    ):
+        call = pytest.CallInfo.from_call(hook, when=when)  # type: ignore[arg-type]
+        ihook.pytest_runtest_logreport(report=ihook.pytest_runtest_makereport(item=item, call=call))
+    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
 def _replay_hint(item: pytest.Function) -> str:

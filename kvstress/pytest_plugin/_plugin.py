@@ -8,6 +8,7 @@ xdist workers take it from ``workerinput``. Everything a test needs is kept in
 
 from __future__ import annotations
 
+import types
 import warnings
 from collections.abc import Generator
 from typing import Any
@@ -72,13 +73,28 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A test that failed on an audited pool's violation has shown it: an audit closed in the
-    test's teardown does not raise it a second time (``note_shown``)."""
+    test's teardown does not raise it a second time (``note_shown``).
+
+    A traceback entry with no line number (on 3.11, a signal's exception, pytest-timeout's
+    alarm, landing between two instructions of some frames) is unlinked first: pytest's
+    formatting of it raised TypeError, an INTERNALERROR that ended the session (a blind team's
+    explored test under ``timeout = 60``)."""
+    if call.excinfo is not None:
+        _unlink_lineless(call.excinfo.tb)
     report = yield
     if call.when == "call" and call.excinfo is not None:
         from kvstress.audit._core import note_shown
 
         note_shown(call.excinfo.value)
     return report
+
+
+def _unlink_lineless(tb: types.TracebackType | None) -> None:
+    """Drop, in place, the entries after the first that have no line number."""
+    while tb is not None:
+        while tb.tb_next is not None and tb.tb_next.tb_lineno is None:
+            tb.tb_next = tb.tb_next.tb_next
+        tb = tb.tb_next
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

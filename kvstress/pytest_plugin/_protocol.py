@@ -111,10 +111,18 @@ def _once(
         reports.append(ihook.pytest_runtest_makereport(item=copy, call=call))
 
     run.setup_threads = set()  # filled while its fixtures are set up (``pytest_fixture_setup``)
-    phase("setup", lambda: ihook.pytest_runtest_setup(item=copy))
-    unbound = _unbound_param(item, calls[0], direct)
-    if reports[0].passed and not copy.config.getoption("setuponly", False):
-        phase("call", lambda: ihook.pytest_runtest_call(item=copy))
+    unbound = None
+    try:
+        phase("setup", lambda: ihook.pytest_runtest_setup(item=copy))
+        unbound = _unbound_param(item, calls[0], direct)
+        if reports[0].passed and not copy.config.getoption("setuponly", False):
+            phase("call", lambda: ihook.pytest_runtest_call(item=copy))
+    except pytest.fail.Exception as stopped:
+        # A signal's failure (pytest-timeout's alarm) that landed between two phases: the test
+        # fails with it, as within one, instead of pytest's INTERNALERROR ending the session.
+        del reports[1:], calls[1:]
+        run.done = True
+        phase("call", functools.partial(_raise, stopped))
     last = unbound is None and _final(reports, run, item)
     after = nextitem if last else item
     phase("teardown", lambda: ihook.pytest_runtest_teardown(item=copy, nextitem=after))
@@ -124,6 +132,10 @@ def _once(
         _tear_down_to(nextitem, item, direct)  # the run ends here, with the parent still set up
         run.done = True
     return reports, calls, unbound
+
+
+def _raise(error: BaseException) -> None:
+    raise error
 
 
 def _final(reports: list[pytest.TestReport], run: Run, item: pytest.Function) -> bool:
