@@ -103,6 +103,13 @@ def test_report_prints_and_rerenders(found: tuple[subprocess.CompletedProcess[st
     )
     rendered = kvstress("report", str(report), "--html", cwd=cwd)
     assert rendered.returncode == 0 and page.exists()
+    # The blocks as the check saw them, beside the ledger (the page had them, the console not:
+    # a blind reader's best clue); and a copy elsewhere replays itself, not where it was written.
+    assert "blocks " in shown.stdout and "expected state" in shown.stdout
+    moved = cwd / "moved.json"
+    moved.write_text(report.read_text())
+    again = kvstress("report", str(moved), cwd=cwd)
+    assert f"replay: kvstress replay {moved.resolve()}" in again.stdout
 
 
 @pytest.mark.parametrize(
@@ -218,8 +225,9 @@ def test_a_coroutine_where_the_protocol_makes_a_plain_call_is_a_usage_error(tmp_
         ('{"schema": "junit/1"}', "schema"),
         ('{"schema": "kvstress.failure/1", "invariant": "dirty-read"}', "missing"),
         ('{"schema": "kvstress\x01"}', "Invalid control character at line 1"),
+        ("[" * 5000 + "]" * 5000, "nested too deep"),  # RecursionError: a traceback, exit 1
     ],
-    ids=["truncated", "not-an-object", "foreign", "incomplete", "control-character"],
+    ids=["truncated", "not-an-object", "foreign", "incomplete", "control-character", "deep"],
 )
 def test_replay_of_a_bad_report_is_exit_2(
     tmp_path: Path, content: str, says: str, capsys: pytest.CaptureFixture[str]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from kvstress.cli._parser import Parser, UsageError
 from kvstress.reports import ReportError, load_report, replay_line, write_html
+from kvstress.reports._sections import blocks_text
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
@@ -42,9 +44,15 @@ def run(args: argparse.Namespace) -> int:
     for extra in ("table", "program"):
         if report.get(extra):
             print(f"{extra}:\n{report[extra]}")
+    blocks = blocks_text(report)
+    if blocks:
+        print(blocks)
     if not report.get("switches") and report.get("switches_note"):
         print(f"switch points: {report['switches_note']}")
     if report.get("schedule"):
         print(f"schedule: {report['schedule']}")
-    print(replay_line(report))
+    # This file, wherever it is now: the recorded command names where it was written.
+    print(
+        replay_line({**report, "replay": f"kvstress replay {shlex.quote(str(Path(args.report).resolve()))}"})
+    )
     return 0

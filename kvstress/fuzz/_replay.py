@@ -124,7 +124,8 @@ def _replay_in_place(
         # Only whether it recurs counts: shrinking each try again took seconds of real threads.
         violation = run_machine(target, report["seed"], batches=batches, shrink=False)
         hits += violation is not None and violation.invariant == invariant
-    return ReplayOutcome(invariant, tries, hits, "state machine on real threads: re-run from its seed")
+    how = "tasks on a real loop" if target.is_async else "real threads"
+    return ReplayOutcome(invariant, tries, hits, f"state machine ({how}, no schedule): re-run from its seed")
 
 
 def _replay_schedule(

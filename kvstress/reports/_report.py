@@ -149,6 +149,8 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ReportError(
             f"{str(path)!r} is not a kvstress report: not JSON ({why} at line {error.lineno})"
         ) from None
+    except RecursionError:  # thousands of nested arrays: the decoder gives up (a traceback, exit 1)
+        raise ReportError(f"{str(path)!r} is not a kvstress report: JSON nested too deep to read") from None
     if not isinstance(data, dict):
         raise ReportError(f"{str(path)!r} is not a kvstress report: the JSON is not an object")
     if data.get("schema") != SCHEMA:

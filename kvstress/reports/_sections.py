@@ -79,6 +79,25 @@ def blocks_section(report: Mapping[str, Any]) -> str:
     return table + "".join(f'<p class="note">{note}</p>' for note in notes)
 
 
+def blocks_text(report: Mapping[str, Any]) -> str:
+    """The block table as text, for ``kvstress report`` (empty: none recorded)."""
+    rows = [block for block in report.get("blocks") or [] if isinstance(block, Mapping)]
+    if not rows:
+        return ""
+    names = ("id", "state", "refcount", "holders", "in free queue", "expected state", "expected refcount")
+    cells = [list(names)] + [[str(cell) for cell in _block_cells(block)] for block in rows]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(names))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
+    moment = report.get("blocks_at") or "when the run ended (after the failure, as the run unwound)"
+    text = f"blocks {moment} (expected: the harness's ledger):\n" + "\n".join(f"  {line}" for line in lines)
+    if any(block.get("state") == "unseen" for block in rows):
+        text += "\n  " + UNSEEN.replace("<em>", "").replace("</em>", "")
+    return text
+
+
 def _block_cells(block: Mapping[str, Any]) -> list[object]:
     holders = ", ".join(map(_text, block.get("holders") or []))
     keys = ("id", "state", "refcount")
