@@ -134,6 +134,16 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True, batch: bool = F
                 parked,
             )
         )
+    if virtual:
+        # A waiter with no time limit parked long (virtual time: free) before a block comes
+        # back: a poll whose backoff only a deadline caps sleeps on past the pool's
+        # ``backoff_bound`` once it has waited a while (the short wait above never shows it).
+        found.append(
+            _of(
+                [*take_all, ("sleep", PARKED_WAIT), ("release", None)],
+                [("sleep", SETTLE / 2), ("acquire", None)],
+            )
+        )
     if batch and virtual and 2 <= blocks <= BATCH_MOTIF_MAX_BLOCKS:
         everything: list[Step] = [("sleep", SETTLE / 2), ("acquire_many", [blocks, None]), *give_all]
         found.append(_of([*take_all, ("sleep", SETTLE), *give_all], everything, everything))
