@@ -460,3 +460,62 @@ def test_an_audited_violation_that_failed_the_test_is_not_raised_again_at_teardo
     out = result.stdout.str()
     assert "ERROR test_audited.py::test_swallowed" in out
     assert "found earlier, at the faulty call" in out
+
+
+def test_a_finding_is_never_rerun_by_rerunfailures() -> None:
+    """pytest-rerunfailures reran an audit's finding until the race lost, and the suite passed
+    (a blind team's ``--reruns 2``): a finding is added to its ``--rerun-except`` patterns,
+    after those of the command line, or of the ini file where the command line gives none."""
+    from types import SimpleNamespace
+
+    from kvstress.pytest_plugin._plugin import FINDING, _no_reruns_of_findings
+
+    def config(option: object, ini: list[str], plugin: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(
+            pluginmanager=SimpleNamespace(hasplugin=lambda name: plugin and name == "rerunfailures"),
+            option=SimpleNamespace(rerun_except=option),
+            getini=lambda name: ini,
+        )
+
+    given = config(["Timeout"], ["ConnectionError"])
+    _no_reruns_of_findings(given)  # type: ignore[arg-type]
+    assert given.option.rerun_except == ["Timeout", FINDING]
+    from_ini = config(None, ["ConnectionError"])
+    _no_reruns_of_findings(from_ini)  # type: ignore[arg-type]
+    assert from_ini.option.rerun_except == ["ConnectionError", FINDING]
+    absent = config(None, [], plugin=False)
+    _no_reruns_of_findings(absent)  # type: ignore[arg-type]
+    assert absent.option.rerun_except is None
+    import re
+
+    assert re.search(FINDING, "InvariantViolation: [double-release] ...")
+
+
+def test_rerunfailures_does_not_rerun_a_finding(pytester: pytest.Pytester) -> None:
+    """With the plugin installed: the audit's double release fails the test, not rerun away."""
+    pytest.importorskip("pytest_rerunfailures")
+    pytester.makeini(INI)
+    pytester.makepyfile(
+        test_rerun="""
+import itertools
+
+import kvstress
+
+attempts = itertools.count()
+
+
+def test_a_race_lost_once():
+    with kvstress.audit(kvstress.ThreadedBlockPool(2, (2, 4))) as pool:
+        block = pool.acquire(timeout=0)
+        pool.release(block)
+        if next(attempts) == 0:  # a race that lost this time
+            pool.release(block)
+
+
+def test_flaky():
+    assert next(attempts) > 1
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--reruns", "2")
+    result.assert_outcomes(failed=1, passed=1)
+    assert "1 rerun" in result.stdout.str()  # the flaky test, not the finding

@@ -51,10 +51,33 @@ def _ini_is_set(config: pytest.Config, name: str) -> bool:
         return True
 
 
+FINDING = r"^InvariantViolation: "
+"""What pytest-rerunfailures' ``rerun_except`` matches (``TypeName: message``) for a finding."""
+
+
+def _no_reruns_of_findings(config: pytest.Config) -> None:
+    """A kvstress finding is never rerun by pytest-rerunfailures: rerun, a race found in real
+    threads may pass and the suite goes green with the bug (a blind team's ``--reruns 2``: "1
+    passed, 1 rerun" over an audit's lost-block). Added to its ``--rerun-except`` patterns,
+    after the ones given on the command line or in the ini file."""
+    if not config.pluginmanager.hasplugin("rerunfailures"):
+        return
+    given = getattr(config.option, "rerun_except", ())
+    if given == ():  # a release without the option: nothing to add to
+        return
+    if given is None:  # the plugin reads the ini's patterns only while the option is unset
+        try:
+            given = list(config.getini("rerun_except") or [])
+        except ValueError:
+            given = []
+    config.option.rerun_except = [*given, FINDING]
+
+
 def _configure(config: pytest.Config) -> None:
     """Register the marker, settle the session's settings and plug in xdist and the loop."""
     config.addinivalue_line("markers", MARKER)
     config.addinivalue_line("markers", EXPLORE_MARKER)
+    _no_reruns_of_findings(config)
     settings = read_settings(config, inherited_seed(config))
     config.stash[SETTINGS] = settings
     explored = ExploredTests(settings.session_seed, read_replay(config))
