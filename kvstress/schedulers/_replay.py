@@ -102,7 +102,8 @@ class ReplayScheduler(OneShotScheduler):
         raise ScheduleDivergence(
             f"replay diverged at choice {self.choices_so_far}: {what}. The program is not deterministic "
             "under the scheduler (work handed to real threads, an executor's or to_thread's, runs "
-            "outside the schedule and comes back when it will), or the schedule was recorded from "
+            "outside the schedule and comes back when it will; a set of objects, ordered by their "
+            "id(), is iterated in another order each process), or the schedule was recorded from "
             "another program"
         )
 
