@@ -68,6 +68,20 @@ def test_the_message_says_where_the_free_stretch_ended() -> None:
     assert "until this acquire took it itself at 0.010000 s" in said[0] and "0.06" not in said[0]
     assert "until this acquire returned at 0.010000 s" in said[1]
     assert "until another call took it at 0.008000 s" in said[2]
+    # The waiter's own "-> 0" came later, once the other call gave the block back (a blind
+    # user read "-> 1 ... until another call took it" as a contradiction).
+    again = [
+        *took_it[:1],
+        op(1, "b", "acquire", 0.0, 0.05, result=0, timeout=0.1),
+        took_it[2],
+        op(3, "c", "acquire", 0.02, 0.0201, result=0, timeout=0),
+        op(4, "c", "release", 0.04, 0.041, result=True, block=0),
+    ]
+    with pytest.raises(InvariantViolation) as caught:
+        check_wakeups(again, backoff_bound=0.0, slack=0.001)
+    assert "until another call took it at 0.020000 s; this acquire got it only when it came back" in (
+        caught.value.message
+    )
 
 
 def test_a_block_taken_by_another_acquirer_is_not_free() -> None:

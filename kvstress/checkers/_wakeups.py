@@ -124,6 +124,12 @@ def _until(waiter: Operation, block: object, taken: float) -> str:
         if waiter.outcome == "ok" and waiter.result == block:
             return f"until this acquire took it itself at {end:.6f} s"
         return f"until this acquire returned at {end:.6f} s"
+    if waiter.outcome == "ok" and waiter.result == block:
+        # The waiter's "-> 1" is its answer at its return, after the block came back once more.
+        return (
+            f"until another call took it at {taken:.6f} s; this acquire got it only when it came "
+            f"back again, returning at {end:.6f} s"
+        )
     return f"until another call took it at {taken:.6f} s"
 
 
