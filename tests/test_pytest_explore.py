@@ -675,3 +675,21 @@ def test_a_timeout_alarm_fails_the_explored_test_not_the_session(
     assert result.ret == pytest.ExitCode.TESTS_FAILED, out
     assert "PASSED test_alarmed.py::test_after_it" in out, out
     assert "Timeout (>" in out and "--kvstress-replay=" not in out, out
+
+
+def test_under_pytest_repeat_the_replay_line_carries_its_count(pytester: pytest.Pytester) -> None:
+    """pytest-repeat's copy ``test[1-2]`` exists only under its ``--count``: the replay line
+    names it (it said "not found" run as printed, a blind team's)."""
+    pytest.importorskip("pytest_repeat")
+    _suite(pytester)
+    nodeid = "test_seats.py::test_threads_racy"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--count", "2", nodeid)
+    result.assert_outcomes(failed=2)
+    line = next(line for line in result.stdout.lines if "replay:   pytest --kvstress-replay=" in line)
+    assert line.endswith("'test_seats.py::test_threads_racy[1-2]' --count 2"), line
+    schedule = REPLAY.search(line)
+    assert schedule is not None
+    again = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--kvstress-replay={schedule.group(1)}", f"{nodeid}[1-2]", "--count", "2"
+    )
+    again.assert_outcomes(failed=1)

@@ -608,7 +608,18 @@ def _replay_hint(item: pytest.Function) -> str:
     shell where it needs it (a parametrize id: brackets, which zsh takes as a glob, a space, a
     quote, a ``;``)."""
     nodeid = item.nodeid if _SHELL_SAFE.fullmatch(item.nodeid) else shlex.quote(item.nodeid)
-    return "pytest --kvstress-replay={} " + nodeid.replace("{", "{{").replace("}", "}}")
+    hint = "pytest --kvstress-replay={} " + nodeid.replace("{", "{{").replace("}", "}}")
+    count = getattr(item.config.option, "count", None)
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if REPEATED in params and isinstance(count, int) and count > 1:
+        # pytest-repeat's copy ``test[2-3]`` exists only with its --count (a blind team's
+        # replay line ran nothing: "not found")
+        hint += f" --count {count}"
+    return hint
+
+
+REPEATED = "__pytest_repeat_step_number"
+"""The parameter pytest-repeat gives each repeated copy of a test."""
 
 
 def _anyio_backend(item: pytest.Function) -> str | None:
