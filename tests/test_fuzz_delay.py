@@ -218,7 +218,10 @@ def test_motifs_cover_the_protocol_pairs_and_grow_with_the_pool() -> None:
 def test_a_scenario_round_trips_through_json_and_bad_json_is_named() -> None:
     for scenario in motifs(3, True):
         assert Scenario.from_json(scenario.to_json()) == scenario
-    for bad in ([], "x", [[["fly", 1]]], [[["acquire"]]], [3]):
+    # A step's argument of the wrong kind too ("soon" for a timeout: a report edited by hand
+    # said "could not convert string to float: 'soon'", naming no field; a blind reader's)
+    wrong = ([[["acquire", "soon"]]], [[["sleep", -1]]], [[["share", True]]], [[["acquire_many", [0, None]]]])
+    for bad in ([], "x", [[["fly", 1]]], [[["acquire"]]], [3], *wrong):
         with pytest.raises(ValueError, match="scenario"):
             Scenario.from_json(bad)
 

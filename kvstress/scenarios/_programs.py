@@ -140,11 +140,41 @@ class Scenario:
                 raise ValueError(f"scenario program {number} must be a list of steps, got {program!r:.80}")
             steps = []
             for step in program:
-                if not (isinstance(step, list) and len(step) == 2 and step[0] in STEP_KINDS):
+                if not (isinstance(step, list) and len(step) == 2 and step[0] in STEP_KINDS) or not _fits(
+                    *step
+                ):
                     raise ValueError(f"scenario program {number} has a bad step {step!r:.80}")
                 steps.append((step[0], step[1]))
             programs.append(tuple(steps))
         return cls(tuple(programs))
+
+
+def _is_seconds(value: object, *, none: bool = False) -> bool:
+    if value is None:
+        return none
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def _fits(kind: str, arg: object) -> bool:
+    """Whether ``arg`` is what a step of ``kind`` takes (a report's steps are read back)."""
+    if kind == "acquire":
+        return _is_seconds(arg, none=True)
+    if kind in ("sleep", "wait"):
+        return _is_seconds(arg)
+    if kind in ("pause", "share", "cancel", "rerelease"):
+        return isinstance(arg, int) and not isinstance(arg, bool) and arg >= 0
+    if kind == "acquire_many":
+        return (
+            isinstance(arg, (list, tuple))
+            and len(arg) == 2
+            and isinstance(arg[0], int)
+            and not isinstance(arg[0], bool)
+            and arg[0] >= 1
+            and _is_seconds(arg[1], none=True)
+        )
+    if kind == "release":
+        return arg in (None, "oldest")
+    return arg is None  # verify, release_many
 
 
 def generate(
