@@ -609,8 +609,8 @@ def _replay_hint(item: pytest.Function) -> str:
     quote, a ``;``)."""
     nodeid = item.nodeid if _SHELL_SAFE.fullmatch(item.nodeid) else shlex.quote(item.nodeid)
     hint = "pytest --kvstress-replay={} " + nodeid.replace("{", "{{").replace("}", "}}")
-    count = getattr(item.config.option, "count", None)
     params = getattr(getattr(item, "callspec", None), "params", {})
+    count = getattr(getattr(getattr(item, "config", None), "option", None), "count", None)
     if REPEATED in params and isinstance(count, int) and count > 1:
         # pytest-repeat's copy ``test[2-3]`` exists only with its --count (a blind team's
         # replay line ran nothing: "not found")
