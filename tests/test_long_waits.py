@@ -1,4 +1,5 @@
-"""A waiter with no time limit parked long: the motif that shows a backoff only a deadline caps."""
+"""Motifs past the drawn scenarios' shape: a waiter with no time limit parked long (a backoff only
+a deadline caps), and four waiters parked at once (a waiter list bounded at three)."""
 
 from __future__ import annotations
 
@@ -25,5 +26,25 @@ def test_the_capped_polling_pool_is_clean(tmp_path: Path) -> None:
     """Its correct design, polls capped at ``backoff_bound``, through the same motif."""
     outcome = fuzz(
         load_target("tests.pools.polling_forever:PollingForeverPool"), budget_s=3, seed=0, report_dir=tmp_path
+    )
+    assert outcome.finding is None, outcome.finding and outcome.finding.violation
+
+
+def test_a_waiter_list_bounded_at_three_is_found(tmp_path: Path) -> None:
+    """Four waiters parked at once: the list keeps three, and the first waits beside free blocks
+    (missed in 20 s on seeds 0-2, also with --blocks 4, where three workers never park four)."""
+    outcome = fuzz(
+        load_target("tests.pools.bounded_waiters:BoundedWaitersPool"),
+        budget_s=15,
+        seed=0,
+        report_dir=tmp_path,
+    )
+    assert outcome.finding is not None
+    assert outcome.finding.violation.invariant == "lost-wakeup", outcome.finding.violation
+
+
+def test_the_unbounded_hand_off_pool_is_clean(tmp_path: Path) -> None:
+    outcome = fuzz(
+        load_target("tests.pools.bounded_waiters:HandOffPool"), budget_s=3, seed=0, report_dir=tmp_path
     )
     assert outcome.finding is None, outcome.finding and outcome.finding.violation

@@ -52,6 +52,9 @@ PARKED_WAIT = 1.0
 costs nothing)."""
 
 
+CROWD = 4
+"""Waiters parked at once in the crowd motif: one more than the drawn scenarios' workers."""
+
 BATCH_MOTIF_MAX_BLOCKS = 4
 """The largest pool the two-batch-waiters motif is run on (its programs grow with the pool)."""
 
@@ -144,6 +147,11 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True, batch: bool = F
                 [("sleep", SETTLE / 2), ("acquire", None)],
             )
         )
+        # Four waiters parked at once, more than the drawn scenarios' three workers: a waiter
+        # list bounded at three (a ``deque(maxlen=3)``) drops the first, which then waits
+        # beside the blocks the others took and gave back.
+        crowd: list[Step] = [*parked, ("release", None)]
+        found.append(_of([*take_all, ("sleep", SETTLE), *give_all], *([crowd] * CROWD)))
     if batch and virtual and 2 <= blocks <= BATCH_MOTIF_MAX_BLOCKS:
         everything: list[Step] = [("sleep", SETTLE / 2), ("acquire_many", [blocks, None]), *give_all]
         found.append(_of([*take_all, ("sleep", SETTLE), *give_all], everything, everything))
