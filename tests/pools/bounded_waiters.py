@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
-
-import torch
+from typing import Any
 
 from kvstress import BlockState
 from tests.pools._simple import Block, _check_timeout, _FreeList
@@ -21,15 +19,8 @@ class HandOffPool(_FreeList):
 
     MAXLEN: int | None = None
 
-    def __init__(
-        self,
-        num_blocks: int,
-        block_shape: Sequence[int] | int,
-        *,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str | None = None,
-    ) -> None:
-        super().__init__(num_blocks, block_shape, dtype=dtype, device=device)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._waiters: deque[asyncio.Future[Block]] = deque(maxlen=self.MAXLEN)
 
     async def acquire(self, timeout: float | None = None) -> Block | None:

@@ -8,35 +8,17 @@ longer and longer: parked a second, it finds a block freed meanwhile a quarter-s
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Sequence
 
-import torch
-
-from tests.pools._simple import Block, _check_timeout, _FreeList
+from tests.pools._simple import Block, SimpleThreadedPool, _check_timeout
 
 FIRST_SLEEP = 5e-5
 
 
-class PollingForeverPool(_FreeList):
+class PollingForeverPool(SimpleThreadedPool):
     """Correct: take under a lock, or sleep and poll again, each sleep at most ``backoff_bound``."""
 
     backoff_bound = 0.002
-
-    def __init__(
-        self,
-        num_blocks: int,
-        block_shape: Sequence[int] | int,
-        *,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str | None = None,
-    ) -> None:
-        super().__init__(num_blocks, block_shape, dtype=dtype, device=device)
-        self._lock = threading.Lock()
-
-    def _exclusive(self) -> threading.Lock:
-        return self._lock
 
     def acquire(self, timeout: float | None = None) -> Block | None:
         _check_timeout(timeout)
@@ -55,10 +37,6 @@ class PollingForeverPool(_FreeList):
     def _next_sleep(self, sleep: float, left: float | None) -> float:
         capped = min(sleep, self.backoff_bound)
         return capped if left is None else min(capped, left)
-
-    def release(self, block: Block) -> bool:
-        with self._lock:
-            return self._drop(block)
 
     def _wake(self) -> None:
         pass  # the waiters poll
