@@ -15,9 +15,14 @@ SWITCHES_HEADING = "switch points ("
 """The line that starts the switch list under a text interleaving table (``interleaving_table``)."""
 
 UNSEEN = (
-    "<em>unseen</em>: no acquire returned this block in the run, so the harness has no handle to "
+    "unseen: no acquire returned this block in the run, so the harness has no handle to "
     "read its state and refcount through (they show as unseen and -)."
 )
+"""What ``unseen`` in a block table means (the HTML page sets the word in italics)."""
+
+BLOCK_COLUMNS = ("id", "state", "refcount", "holders", "in free queue", "expected state", "expected refcount")
+AT_THE_END = "when the run ended (after the failure, as the run unwound)"
+"""The moment a report's blocks show where it names none (``blocks_at``)."""
 
 
 def table_text(table: object) -> str:
@@ -61,41 +66,43 @@ def _switch(switch: Mapping[str, Any]) -> str:
 
 def blocks_section(report: Mapping[str, Any]) -> str:
     """The block table, what moment it shows, what the harness expected, and what unseen means."""
-    rows = [block for block in report.get("blocks") or [] if isinstance(block, Mapping)]
+    rows = _block_rows(report)
     if not rows:
         return "<p><em>No blocks recorded.</em></p>"
-    names = ("id", "state", "refcount", "holders", "in free queue", "expected state", "expected refcount")
-    head = "".join(f"<th>{name}</th>" for name in names)
+    head = "".join(f"<th>{name}</th>" for name in BLOCK_COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in _block_cells(b)) + "</tr>" for b in rows)
     table = f'<table class="blocks"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-    moment = report.get("blocks_at") or "when the run ended (after the failure, as the run unwound)"
+    moment = report.get("blocks_at") or AT_THE_END
     notes = [
         f"The blocks {_e(moment)}. State and refcount are read from the pool through the last handle "
         "acquire returned for the block; holders and the expected columns are the harness's own "
         "ledger (a release counts from the moment it is called)."
     ]
     if any(block.get("state") == "unseen" for block in rows):
-        notes.append(UNSEEN)
+        notes.append("<em>unseen</em>" + _e(UNSEEN.removeprefix("unseen")))
     return table + "".join(f'<p class="note">{note}</p>' for note in notes)
 
 
 def blocks_text(report: Mapping[str, Any]) -> str:
     """The block table as text, for ``kvstress report`` (empty: none recorded)."""
-    rows = [block for block in report.get("blocks") or [] if isinstance(block, Mapping)]
+    rows = _block_rows(report)
     if not rows:
         return ""
-    names = ("id", "state", "refcount", "holders", "in free queue", "expected state", "expected refcount")
-    cells = [list(names)] + [[str(cell) for cell in _block_cells(block)] for block in rows]
-    widths = [max(len(row[column]) for row in cells) for column in range(len(names))]
+    cells = [list(BLOCK_COLUMNS)] + [[str(cell) for cell in _block_cells(block)] for block in rows]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(BLOCK_COLUMNS))]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in cells
     ]
-    moment = report.get("blocks_at") or "when the run ended (after the failure, as the run unwound)"
+    moment = report.get("blocks_at") or AT_THE_END
     text = f"blocks {moment} (expected: the harness's ledger):\n" + "\n".join(f"  {line}" for line in lines)
     if any(block.get("state") == "unseen" for block in rows):
-        text += "\n  " + UNSEEN.replace("<em>", "").replace("</em>", "")
+        text += "\n  " + UNSEEN
     return text
+
+
+def _block_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [block for block in report.get("blocks") or [] if isinstance(block, Mapping)]
 
 
 def _block_cells(block: Mapping[str, Any]) -> list[object]:

@@ -140,9 +140,7 @@ class Scenario:
                 raise ValueError(f"scenario program {number} must be a list of steps, got {program!r:.80}")
             steps = []
             for step in program:
-                if not (isinstance(step, list) and len(step) == 2 and step[0] in STEP_KINDS) or not _fits(
-                    *step
-                ):
+                if not (isinstance(step, list) and len(step) == 2 and step[0] in STEP_KINDS and _fits(*step)):
                     raise ValueError(f"scenario program {number} has a bad step {step!r:.80}")
                 steps.append((step[0], step[1]))
             programs.append(tuple(steps))
