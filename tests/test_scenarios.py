@@ -744,9 +744,10 @@ def test_a_block_lost_by_a_pool_with_work_always_out_in_a_thread_is_not_a_hang(s
     config = config_for(ExecutorCompactorStalePool)
     result = search(config, PCTScheduler(seed=seed), max_executions=100, shrink=False)
     # The stale copy drops blocks released meanwhile (lost-block) or brings back one taken
-    # meanwhile (shared-block): the thread's timing decides which; never a hang.
+    # meanwhile: handed out again (shared-block), or queued twice once its holder gives it back
+    # (queue-corruption, CI's seed 1). The thread's timing decides which; never a hang.
     assert result.failure is not None
-    assert result.failure.violation.invariant in ("lost-block", "shared-block")
+    assert result.failure.violation.invariant in ("lost-block", "shared-block", "queue-corruption")
 
 
 @pytest.mark.parametrize("seed", range(2))
