@@ -41,7 +41,13 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
     parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS", help="(%(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="(%(default)s)")
     parser.add_argument("--report-dir", default="reports", metavar="DIR", help="(%(default)s)")
-    parser.add_argument("--blocks", type=int, default=2, metavar="N", help="blocks per pool (%(default)s)")
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=2,
+        metavar="N",
+        help="blocks per pool (%(default)s); after the first pass, one slice in three tries N+2 or 2N+4",
+    )
     parser.add_argument("--block-shape", default="2,4", metavar="D,D", help="(%(default)s)")
     parser.add_argument(
         "--backend", default=None, choices=("asyncio", "trio"), help="async pools (default: asyncio)"
@@ -216,13 +222,16 @@ def _say(result: Supervised, args: argparse.Namespace) -> int:
         )
         return INTERNAL_STATUS
     if outcome.report is not None:
-        from kvstress.reports import load_report, replay_line
+        from kvstress.reports import load_report, pool_size, replay_line
 
         report = load_report(outcome.report)
         print(f"violation: [{report['invariant']}] {' '.join(report['message'].splitlines())}")
         print(
             f"strategy: {report['strategy']}  seed: {report['seed']}  found after {report['elapsed_s']:.3f} s"
         )
+        larger = pool_size(report, only_larger=True)
+        if larger:
+            print(f"on a pool of {larger}")
         print(f"report: {outcome.report}")
         print(f"html: {outcome.report.with_suffix('.html')}")
         print(replay_line(report))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kvstress.cli._parser import Parser, UsageError
 from kvstress.reports import ReportError, load_report, replay_line, write_html
-from kvstress.reports._sections import blocks_text
+from kvstress.reports._sections import blocks_text, pool_size
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     backend = f"/{report['backend']}" if report.get("backend") else ""
     print(f"[{report['invariant']}] {report['message']}")
-    print(f"pool: {report['pool']} ({report['mode']}{backend})", end="  ")
+    size = pool_size(report)
+    print(f"pool: {report['pool']} ({report['mode']}{backend}{', ' + size if size else ''})", end="  ")
     print(f"strategy: {report['strategy']}  seed: {report['seed']}")
     print(f"found after {report['elapsed_s']:.3f} s; versions: {report['versions']}")
     for extra in ("table", "program"):

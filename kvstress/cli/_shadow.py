@@ -53,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json and not Path(args.json).parent.is_dir():
         raise UsageError(f"argument --json: the folder of {args.json!r} must exist")
     try:
-        target = load_target(args.pool, num_blocks=blocks, block_shape=card.block_shape(args.block_tokens))
+        target = load_target(
+            args.pool, num_blocks=blocks, block_shape=card.block_shape(args.block_tokens), wider=False
+        )
     except TargetError as error:
         raise UsageError(str(error)) from None
     if target.is_async:

@@ -67,6 +67,7 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
         num_blocks=config.get("num_blocks", 2),
         block_shape=config.get("block_shape", (2, 4)),
         backend=report.get("backend") or "asyncio",
+        wider=False,
     )
     invariant = report["invariant"]
     # Watched as the fuzz watches it: a KeyboardInterrupt the pool raises is its crash, as it
@@ -264,7 +265,8 @@ def _replay_crash(report: Mapping[str, Any], config: Mapping[str, Any]) -> Repla
     try:
         job = Job(
             spec=str(report["pool"]),
-            num_blocks=int(config["num_blocks"]),
+            # The run's own --blocks: its slices on larger pools follow from it.
+            num_blocks=int(config.get("run_blocks", config["num_blocks"])),
             block_shape=tuple(int(d) for d in config["block_shape"]),
             backend=report.get("backend") or "asyncio",
             budget_s=min(float(config["budget_s"]), float(report["elapsed_s"]) + CRASH_MARGIN_S),

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,7 @@ def _loop(
     start: float,
 ) -> FuzzOutcome:
     executions = operations = index = 0
-    memo: dict[str, Any] = {}  # strategies' progress across this run's slices
+    memos: dict[int, dict[str, Any]] = {}  # strategies' progress across this run's slices, per size
     spent: set[str] = set()  # strategies with nothing left to run (the delay search, exhausted)
     try:
         while (
@@ -161,13 +161,15 @@ def _loop(
             _flight.slice_started(index, strategy, seed_i)
             # The run ends at its first finding, so shrinking it may take what is left of the budget.
             slice_s = min(_slice_s(mix, index), budget_s - elapsed)
+            blocks = blocks_at(mix, index, target)
+            sized = target if blocks == target.num_blocks else replace(target, num_blocks=blocks)
             result = run_slice(
                 strategy,
-                target,
+                sized,
                 seed_i,
                 slice_s,
                 shrink_s=budget_s - elapsed,
-                memo=memo,
+                memo=memos.setdefault(blocks, {}),
                 grace_s=min(OPENING_GRACE_S, budget_s - elapsed - slice_s),
             )
             executions, operations, index = (
@@ -185,13 +187,14 @@ def _loop(
                 found_at = elapsed + result.finding.elapsed_s
                 path = write_report(
                     build_report(
-                        target,
+                        sized,
                         result.finding,
                         found_at,
                         executions,
                         operations,
                         seed,
                         run={
+                            "run_blocks": target.num_blocks,
                             "stream": stream,
                             "fuzz_seed": seed,
                             "mix": list(mix),
@@ -232,6 +235,30 @@ def _strategy_at(mix: Sequence[str], index: int) -> str | None:
         return mix[index]
     cycle = [s for s in mix if s not in ONCE]
     return cycle[(index - len(mix)) % len(cycle)] if cycle else None
+
+
+WIDER_STRATEGIES = frozenset({"pct", "random", "machine", "stress"})
+"""Strategies whose slices may run on a larger pool (the delay strategy's motif search goes on
+from slice to slice at one size, and the contract runs once)."""
+WIDER_EVERY = 3
+"""After the mix's first pass, one slice in this many runs on a larger pool (``blocks_at``)."""
+
+
+def blocks_at(mix: Sequence[str], index: int, target: FuzzTarget) -> int:
+    """The pool size of slice ``index``: the run's own (``--blocks``), but after the mix's first
+    pass one slice in ``WIDER_EVERY`` of a strategy in ``WIDER_STRATEGIES`` runs on one of the
+    target's larger sizes, in turn. A bug that needs a third or fifth block (a bitmap's next
+    word, a batch of resets) cannot show on two, and the first pass, where most bugs fall, is
+    left as it was. The turn moves by one each pass, so each strategy of the cycle gets it, and
+    the larger sizes alternate along the cycle and from one pass to the next."""
+    strategy = _strategy_at(mix, index)
+    if not target.wider or index < len(mix) or strategy not in WIDER_STRATEGIES:
+        return target.num_blocks
+    cycle = len([s for s in mix if s not in ONCE])
+    n = index - len(mix)
+    if (n + n // cycle) % WIDER_EVERY != 1:
+        return target.num_blocks
+    return target.wider[(n // cycle + n % cycle) % len(target.wider)]
 
 
 def _slice_s(mix: Sequence[str], index: int) -> float:

@@ -49,6 +49,9 @@ class FuzzTarget:
     # the user's modules they reach (``reached_modules``: a free list, a block class, a deadline
     # helper, a counter class of their own), whose lines are scheduling points too.
     pool_modules: tuple[str, ...] = ()
+    # Larger pool sizes the factory builds correctly (``wider_sizes``, probed by load_target):
+    # some of the search's slices run on them (``kvstress.fuzz._run.blocks_at``).
+    wider: tuple[int, ...] = ()
 
     @property
     def mode(self) -> str:
@@ -104,10 +107,16 @@ def check_target_args(
 
 
 def load_target(
-    spec: str, *, num_blocks: int = 2, block_shape: Sequence[int] = (2, 4), backend: str = "asyncio"
+    spec: str,
+    *,
+    num_blocks: int = 2,
+    block_shape: Sequence[int] = (2, 4),
+    backend: str = "asyncio",
+    wider: bool = True,
 ) -> FuzzTarget:
     """Import ``spec`` (``MODULE:ATTR``, from the current directory or PYTHONPATH), build one pool
-    to check it keeps the protocol, and tell threads from async."""
+    to check it keeps the protocol, and tell threads from async. ``wider``: also find the larger
+    sizes a fuzzing run tries (``wider_sizes``; a replay, at the size it recorded, needs none)."""
     blocks, shape = check_target_args(spec, num_blocks, block_shape, backend)
     factory = _import(spec)
     pool = _build(spec, factory, blocks, shape, backend)
@@ -122,7 +131,38 @@ def load_target(
         _check_backend(spec, factory, blocks, shape, backend)
     roots = resolve_modules((type(pool), factory))
     pool_modules = tuple(module.__name__ for module in (*roots, *reached_modules(roots, own_code=True)))
-    return FuzzTarget(spec, factory, is_async, blocks, shape, backend, pool_modules)
+    sizes = wider_sizes(blocks) if wider else ()
+    larger = tuple(size for size in sizes if _builds(spec, factory, size, shape, backend))
+    return FuzzTarget(spec, factory, is_async, blocks, shape, backend, pool_modules, larger)
+
+
+WIDEST_BASE = 16
+"""The largest ``--blocks`` whose run also tries larger pools: a bigger one mirrors a real
+pool's size, and twice its memory is the user's to spend."""
+WIDER_BUILD_S = 5.0  # seconds the build of a larger pool may take before that size is left out
+
+
+def wider_sizes(num_blocks: int) -> tuple[int, ...]:
+    """The larger pool sizes a run with ``num_blocks`` also searches: a bug that needs more
+    blocks than the scenarios' default two (a bitmap's next word, a stripe or shard past the
+    second, a batch of four or five resets) is out of reach of a pool of two, whatever the
+    schedule (a blind tester's bitmap and batched-reset pools, found at once with 3 and 5)."""
+    if num_blocks > WIDEST_BASE:
+        return ()
+    return (num_blocks + 2, 2 * num_blocks + 4)
+
+
+def _builds(
+    spec: str, factory: Callable[..., Any], blocks: int, shape: tuple[int, ...], backend: str
+) -> bool:
+    """Whether ``factory`` builds a pool of ``blocks`` that says it has them all free. A pool that
+    refuses the size (it raises), takes long to build, or ignores it (a fixed capacity) keeps
+    to the user's size: that is no finding."""
+    try:
+        pool = _build(spec, factory, blocks, shape, backend, bound_s=WIDER_BUILD_S)
+        return bool(pool.free_count() == blocks)
+    except Exception:
+        return False
 
 
 PLAIN_CALLS = ("mark_in_use", "retain", "free_count", "free_ids")
@@ -250,7 +290,14 @@ def _import(spec: str) -> Callable[..., Any]:
     return value  # type: ignore[no-any-return]
 
 
-def _build(spec: str, factory: Callable[..., Any], blocks: int, shape: tuple[int, ...], backend: str) -> Any:
+def _build(
+    spec: str,
+    factory: Callable[..., Any],
+    blocks: int,
+    shape: tuple[int, ...],
+    backend: str,
+    bound_s: float = BUILD_BOUND_S,
+) -> Any:
     def make() -> Any:
         return factory(blocks, shape, dtype=torch.float32, device=None)
 
@@ -266,11 +313,9 @@ def _build(spec: str, factory: Callable[..., Any], blocks: int, shape: tuple[int
     # before any output (a blind tester's pool sleeping in __init__).
     call = f"{spec}({blocks}, {shape}, dtype=torch.float32, device=None)"
     try:
-        return run_on_a_thread(build, BUILD_BOUND_S, name="kvstress-build")
+        return run_on_a_thread(build, bound_s, name="kvstress-build")
     except Abandoned:
-        raise TargetError(
-            f"{call} did not return within {BUILD_BOUND_S:g} s: its constructor blocks"
-        ) from None
+        raise TargetError(f"{call} did not return within {bound_s:g} s: its constructor blocks") from None
     except (Exception, SystemExit) as error:
         raise TargetError(f"{call} raised {type(error).__name__}: {error}") from None
 

@@ -8,3 +8,4 @@ from kvstress.reports._report import replay_line as replay_line
 from kvstress.reports._report import versions as versions
 from kvstress.reports._report import write_html as write_html
 from kvstress.reports._report import write_report as write_report
+from kvstress.reports._sections import pool_size as pool_size

@@ -20,7 +20,13 @@ from html import escape
 from typing import Any
 
 from kvstress._format import human_seconds
-from kvstress.reports._sections import blocks_section, scenario_section, switches_section, table_text
+from kvstress.reports._sections import (
+    blocks_section,
+    pool_size,
+    scenario_section,
+    switches_section,
+    table_text,
+)
 from kvstress.reports._timeline import CSS as TIMELINE_CSS
 from kvstress.reports._timeline import render_timeline
 
@@ -110,6 +116,7 @@ def _summary(report: Mapping[str, Any]) -> str:
         "invariant": report["invariant"],
         "pool": report.get("pool"),
         "mode": mode,
+        "pool size": pool_size(report),
         "strategy": report.get("strategy"),
         "seed": report.get("seed"),
         "elapsed": human_seconds(float(elapsed)) if isinstance(elapsed, int | float) else None,

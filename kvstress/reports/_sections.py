@@ -154,3 +154,23 @@ def _e(value: object) -> str:
 
 def _text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def pool_size(report: Mapping[str, Any], *, only_larger: bool = False) -> str | None:
+    """The size of the pool the finding was made on (``4 blocks``), and, where that was larger
+    than the run's ``--blocks`` (a slice that tried a larger pool), that it was; None where the
+    report does not say (or, ``only_larger``, where it was the run's own size)."""
+    config = report.get("config")
+    if not isinstance(config, Mapping):
+        return None
+    blocks, run_blocks = config.get("num_blocks"), config.get("run_blocks")
+    if not _count(blocks):
+        return None
+    text = f"{blocks} block{'' if blocks == 1 else 's'}"
+    if _count(run_blocks) and run_blocks != blocks:
+        return f"{text} (larger than the run's --blocks {run_blocks}: some of its slices try larger pools)"
+    return None if only_larger else text
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
