@@ -756,3 +756,25 @@ def test_a_replay_that_leaves_its_schedule_is_tried_again() -> None:
         explore(sometimes_other, replay=match.group(1))
     assert "all 20 tries of the replay left the schedule" in "\n".join(lost.value.__notes__)
     assert strays[0] == 1000 - 20
+
+
+@pytest.mark.parametrize("strategy", ["random", "pct"])
+def test_anyio_worker_threads_end_with_each_schedule(strategy: str) -> None:
+    """anyio ends a worker thread by a done callback of the root task; a schedule that ran the
+    shutdown's own steps first left that callback queued, the loop dropped it at close, and the
+    worker waited for work for ever: the interpreter never exited (a blind user's explored
+    tests on ``anyio.to_thread``, on asyncio)."""
+    import anyio.to_thread
+
+    def workers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "AnyIO worker thread"}
+
+    before = workers()
+
+    async def offloads() -> None:
+        await anyio.to_thread.run_sync(lambda: None)
+
+    assert explore(offloads, schedules=8, strategy=strategy, seed=0).schedules == 8
+    for worker in workers() - before:
+        worker.join(5)
+    assert not workers() - before, "anyio worker threads left waiting"

@@ -436,6 +436,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             while self._kv_watch.at_work() and time.perf_counter() - began < SUBMITTED_WAIT_S:
                 time.sleep(FOREIGN_POLL_S)
         if not self.is_closed():
+            self._kv_run_done_callbacks()
             for task in asyncio.all_tasks(self):
                 coro = task.get_coro()
                 if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
@@ -445,6 +446,29 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_inbox.clear()
         self._kv_timers.clear()
         self._kv_origin.clear()
+
+    def _kv_run_done_callbacks(self) -> None:
+        """Run the callbacks still queued that are not a task's steps, oldest first: the done
+        callbacks of a task that ended as the loop was stopped. The stock loop runs every
+        callback of the iteration that stops it; the pump stops after the one that asked, and a
+        scheduler that chose the shutdown's own steps first left the rest to be dropped here.
+        anyio's worker threads end by such a callback (``root_task.add_done_callback(worker.stop)``):
+        dropped, they waited for work for ever and the interpreter never exited (a blind user's
+        explored tests on ``anyio.to_thread``)."""
+        queued = [*self._kv_ready, *self._kv_inbox]
+        self._kv_ready.clear()
+        self._kv_inbox.clear()
+        for handle, callback, args, context in queued:
+            if handle.cancelled() or _is_task_step(callback):
+                continue
+            try:
+                context.run(callback, *args)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:  # as the stock loop treats a callback's exception
+                self.call_exception_handler(
+                    {"message": f"Exception in callback {callback!r}", "exception": exc, "handle": handle}
+                )
 
     # -- the pump -------------------------------------------------------------------------------
 
@@ -923,6 +947,15 @@ def _library_file(filename: str) -> bool:
         if where and filename.startswith(os.path.dirname(where) + os.sep):
             return True
     return False
+
+
+def _is_task_step(callback: Callable[..., object]) -> bool:
+    """Whether ``callback`` steps or wakes a task (its coroutine would run): asyncio's C tasks
+    queue wrapper objects, its Python tasks their bound methods."""
+    return isinstance(getattr(callback, "__self__", None), asyncio.Task) or type(callback).__name__ in (
+        "TaskStepMethWrapper",
+        "TaskWakeupMethWrapper",
+    )
 
 
 def _entry(
