@@ -81,7 +81,6 @@ def test_random_runs_every_motif_first_then_one_execution_in_four(monkeypatch: p
     (the next in turn) and three drawn scenarios; the next slice goes on with the motif after
     the last one run. On a correct pool, none of it finds anything."""
     strategy = "random"
-    from kvstress.scenarios._motifs import motifs
 
     calls: list[tuple[object, int | None]] = []
     real_search = slices_module.search
@@ -96,7 +95,7 @@ def test_random_runs_every_motif_first_then_one_execution_in_four(monkeypatch: p
     ticks = itertools.count(1)
     monkeypatch.setattr(slices_module, "time", SimpleNamespace(monotonic=lambda: next(ticks) * 0.005))
     target = load_target("kvstress:ThreadedBlockPool")
-    programs = motifs(target.num_blocks, target.is_async, batch=True)  # ours has acquire_many
+    programs = slices_module.target_motifs(target)  # ours has acquire_many and release_many
     memo: dict[str, object] = {}
     result = run_slice(strategy, target, 3, 0.6, memo=memo)
     assert result.finding is None

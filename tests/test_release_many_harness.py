@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import random
+from pathlib import Path
 
 from kvstress.scenarios import ScenarioConfig, search
 from kvstress.scenarios._programs import generate
@@ -82,3 +83,27 @@ def test_the_state_machine_releases_in_batches_and_holds_them_to_release() -> No
     assert failures(ReleaseManyPool) == 0
     assert failures(QuietReleaseManyPool) == 0
     assert failures(DropsSharesManyPool) == 1
+
+
+def test_a_batch_release_that_wakes_one_waiter_is_found_by_its_motif(tmp_path: Path) -> None:
+    """Two waiters parked for one release_many of every block: the twin wakes one."""
+    from kvstress.fuzz import fuzz, load_target
+
+    outcome = fuzz(
+        load_target("tests.pools.release_many:NotifiesOnceManyPool"), budget_s=10, seed=0, report_dir=tmp_path
+    )
+    assert outcome.finding is not None, "missed"
+    assert outcome.finding.violation.invariant == "lost-wakeup", outcome.finding.violation
+
+
+def test_the_batch_release_motif_only_for_a_pool_that_has_it() -> None:
+    from kvstress.scenarios._motifs import motifs
+
+    def batch_released(**kwargs: bool) -> int:
+        return sum(
+            any(step[0] == "release_many" for program in m.programs for step in program)
+            for m in motifs(2, False, **kwargs)
+        )
+
+    assert batch_released(release_batch=True) == 1
+    assert batch_released() == 0 and batch_released(release_batch=True, virtual=False) == 0

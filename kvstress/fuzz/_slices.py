@@ -199,10 +199,7 @@ def _random(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any]
     memo = {} if memo is None else memo
     turn = memo.get("random-motifs")
     if not isinstance(turn, _MotifTurn):
-        programs = motifs(
-            target.num_blocks, target.is_async, batch=has_member(target.factory, "acquire_many")
-        )
-        turn = memo["random-motifs"] = _MotifTurn(programs)
+        turn = memo["random-motifs"] = _MotifTurn(target_motifs(target))
     drawn = RandomScheduler(seed=seed)
     per_motif: dict[int, RandomScheduler] = {}
     start = time.monotonic()
@@ -260,6 +257,17 @@ def _pct(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any] | 
     return result
 
 
+def target_motifs(target: FuzzTarget, *, virtual: bool = True) -> tuple[Any, ...]:
+    """The motifs for ``target``'s pool: its size and flavour, and the batch calls it has."""
+    return motifs(
+        target.num_blocks,
+        target.is_async,
+        virtual=virtual,
+        batch=has_member(target.factory, "acquire_many"),
+        release_batch=has_member(target.factory, "release_many"),
+    )
+
+
 def _motif_seed(seed: int, motif: int) -> int:
     """The seed of motif ``motif``'s scheduler in a slice seeded ``seed``: apart from it and from
     the other motifs'."""
@@ -312,9 +320,7 @@ def _delay(
     state = memo.get("delay")
     if not isinstance(state, _MotifSearch):
         base = scenario_config(target)
-        programs = motifs(
-            target.num_blocks, target.is_async, batch=has_member(target.factory, "acquire_many")
-        )
+        programs = target_motifs(target)
         # In their order, smallest first (fewest hot plans before the next motif's): nothing
         # here is random, so the seed does not enter.
         # The woken-first base too: the baton and the controlled loop say who was woken.
@@ -374,7 +380,7 @@ def _stress(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | No
         budget_s=budget_s,
         replays=5,
         replay_budget_s=max(1.0, budget_s),
-        fixed=motifs(target.num_blocks, target.is_async, virtual=False),
+        fixed=target_motifs(target, virtual=False),
         fixed_only=budget_s < SHORT_STRESS_S,
     )
     failure = result.failure

@@ -35,7 +35,10 @@ from the protocol alone, not from any pool's code, the shortest first:
   at an exhausted pool whose holder gives the blocks back one at a time. One must get them all,
   give them back, and the other then get them: a batch that takes blocks one by one and waits
   holding them (hold-and-wait) can leave each waiter holding part of the pool, waiting for
-  ever for the other's part, while nobody holds a block.
+  ever for the other's part, while nobody holds a block;
+- for pools with ``release_many``: two waiters parked while the holder of every block gives
+  them back in one ``release_many`` (a batch release that wakes one waiter, as a single
+  release does, leaves the other beside a free block).
 """
 
 from __future__ import annotations
@@ -59,9 +62,12 @@ BATCH_MOTIF_MAX_BLOCKS = 4
 """The largest pool the two-batch-waiters motif is run on (its programs grow with the pool)."""
 
 
-def motifs(blocks: int, is_async: bool, *, virtual: bool = True, batch: bool = False) -> tuple[Scenario, ...]:
+def motifs(
+    blocks: int, is_async: bool, *, virtual: bool = True, batch: bool = False, release_batch: bool = False
+) -> tuple[Scenario, ...]:
     """The motifs for a pool of ``blocks`` blocks; ``is_async`` adds the cancellation motifs,
-    ``batch`` (a pool with ``acquire_many``) the two batch waiters'. ``virtual=False``
+    ``batch`` (a pool with ``acquire_many``) the two batch waiters', ``release_batch`` (a pool
+    with ``release_many``) the two waiters' parked for one batch release. ``virtual=False``
     (free-running stress, on real time) leaves out the ones whose waiters park for
     ``PARKED_WAIT`` seconds, or for ever: free on virtual time, a second a run (or a hang) on
     real time."""
@@ -155,6 +161,8 @@ def motifs(blocks: int, is_async: bool, *, virtual: bool = True, batch: bool = F
     if batch and virtual and 2 <= blocks <= BATCH_MOTIF_MAX_BLOCKS:
         everything: list[Step] = [("sleep", SETTLE / 2), ("acquire_many", [blocks, None]), *give_all]
         found.append(_of([*take_all, ("sleep", SETTLE), *give_all], everything, everything))
+    if release_batch and virtual and blocks >= 2:
+        found.append(_of([*take_all, ("sleep", SETTLE), ("release_many", None)], parked, parked))
     return tuple(found)
 
 
