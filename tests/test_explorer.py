@@ -778,3 +778,35 @@ def test_anyio_worker_threads_end_with_each_schedule(strategy: str) -> None:
     for worker in workers() - before:
         worker.join(5)
     assert not workers() - before, "anyio worker threads left waiting"
+
+
+def test_a_replay_that_passes_says_the_failure_did_not_happen_again() -> None:
+    """It said "explored 1 schedule (strategy 'replay', seed <a fresh draw>)" (a blind user's)."""
+    broken = [True]
+
+    async def two_tasks() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(asyncio.sleep(0.001))
+            group.create_task(asyncio.sleep(0.002))
+        assert not broken[0], "the bug"
+
+    with pytest.raises(AssertionError) as caught:
+        explore(two_tasks, schedules=5, strategy="random", seed=0)
+    (schedule,) = re.findall(r"replay=('ks1:[^']+')", "\n".join(caught.value.__notes__))
+    broken[0] = False  # the fix
+    said = str(explore(two_tasks, replay=schedule.strip("'")))
+    assert "replayed the given schedule, and it passed" in said and not re.search(r"seed \d", said)
+
+
+def test_dfs_on_trio_searches_as_the_other_strategies_do() -> None:
+    """trio offers no per-step choice: dfs ran one schedule there and called it every one it
+    had (a blind user's). It is the seeded random search every strategy is on trio."""
+    import trio
+
+    async def nursery() -> None:
+        async with trio.open_nursery() as tasks:
+            tasks.start_soon(trio.sleep, 0.001)
+            tasks.start_soon(trio.sleep, 0.002)
+
+    explored = explore(nursery, schedules=12, strategy="dfs", seed=0, backend="trio")
+    assert explored.schedules == 12 and not explored.exhausted

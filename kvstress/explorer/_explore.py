@@ -33,10 +33,25 @@ class Explored:
     exhausted: bool = False
 
     def __str__(self) -> str:
-        end = ", every one the strategy has" if self.exhausted else ""
-        strategy, seed = self.strategy, self.seed
-        runs = f"{self.schedules} schedule{'' if self.schedules == 1 else 's'}"
-        return f"kvstress explored {runs} (strategy {strategy!r}, seed {seed}{end})"
+        return f"kvstress {passed_line(self.schedules, self.strategy, self.seed, self.exhausted)}"
+
+
+REPLAY_PASSED = (
+    "replayed the given schedule, and it passed: the failure recorded with it did not happen "
+    "again (the code changed since, or work outside the schedule's control went another way: "
+    "real threads, or trio's own scheduling, which a trio replay seeds but does not dictate)"
+)
+"""What a passing replay says: a replay that passed said only "explored 1 schedule (strategy
+'replay', seed <a fresh draw>)", and nothing that the failure was not reproduced (a blind user's
+trio replays)."""
+
+
+def passed_line(runs: int, strategy: str, seed: int, exhausted: bool = False) -> str:
+    """What a passing exploration says (``kvstress.explore``'s result, the plugin's summary)."""
+    if strategy == "replay":
+        return REPLAY_PASSED
+    end = ", every one the strategy has" if exhausted else ""
+    return f"explored {runs} schedule{'' if runs == 1 else 's'} (strategy {strategy!r}, seed {seed}{end})"
 
 
 def explore(
@@ -79,7 +94,8 @@ def explore(
         outcome = search(fn, replay_scheduler(replay), 1, modules=modules, backend=backend)
         strategy, schedules = "replay", 1
     else:
-        outcome = search(fn, make_scheduler(strategy, run_seed), schedules, modules=modules, backend=backend)
+        scheduler = make_scheduler(strategy, run_seed, backend)
+        outcome = search(fn, scheduler, schedules, modules=modules, backend=backend)
     if outcome.failure is not None:
         call = getattr(fn, "__qualname__", "fn")
         on = "" if backend == "asyncio" else f", backend={backend!r}"

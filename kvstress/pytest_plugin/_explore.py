@@ -379,7 +379,8 @@ class ExploredTests:
             return Run(None, 1, "", 0, problem=_WITH_GIVEN)
         if self._replay is not None:
             return Run(replay_scheduler(self._replay, "--kvstress-replay"), 1, "replay", seed, modules)
-        return Run(make_scheduler(strategy, seed), schedules, strategy, seed, modules)
+        backend = _anyio_backend(item) or "asyncio"
+        return Run(make_scheduler(strategy, seed, backend), schedules, strategy, seed, modules)
 
     def _one_schedule(
         self, item: pytest.Function, run: Run, test: Callable[..., Any], backend: str
@@ -495,7 +496,9 @@ class ExploredTests:
 
     def _passed(self, item: pytest.Function, runs: int, name: str, seed: int) -> None:
         """Record a passing test's count: its report section, JUnit property and summary line."""
-        line = f"explored {runs} schedule{'' if runs == 1 else 's'} (strategy {name!r}, seed {seed})"
+        from kvstress.explorer._explore import passed_line
+
+        line = passed_line(runs, name, seed)
         item.user_properties.append(("kvstress_schedules", runs))
         item.add_report_section("call", SECTION, line)
         self.explored[item.nodeid] = line
