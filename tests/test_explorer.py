@@ -810,3 +810,16 @@ def test_dfs_on_trio_searches_as_the_other_strategies_do() -> None:
 
     explored = explore(nursery, schedules=12, strategy="dfs", seed=0, backend="trio")
     assert explored.schedules == 12 and not explored.exhausted
+
+
+def test_on_trio_the_tests_task_is_named_after_its_function() -> None:
+    """A block it took was held by "kvstress.controlled._trio.seeded_trio_run.<locals>.main"."""
+    import trio
+
+    names: list[str] = []
+
+    async def request_loop() -> None:
+        names.append(trio.lowlevel.current_task().name)
+
+    explore(request_loop, schedules=1, backend="trio")
+    assert names == [f"{__name__}.{request_loop.__qualname__}"]

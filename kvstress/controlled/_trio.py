@@ -23,6 +23,7 @@ differ); if they differ, runs go on unseeded, with one line on stderr saying so.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
@@ -100,6 +101,8 @@ def seeded_trio_run(
         await _prelude(rounds)
         return await async_fn(*args)
 
+    named_like(main, async_fn)
+
     def run() -> T:
         with following_thread_work():  # a wait for trio's or anyio's worker threads is counted
             return trio.run(main, clock=clock, instruments=instruments)
@@ -107,6 +110,18 @@ def seeded_trio_run(
     if not _runs_repeat():
         return run()
     return _seeded(run)
+
+
+def named_like(wrapper: Callable[..., Any], fn: object) -> None:
+    """Give ``wrapper`` the module and names of ``fn`` (a partial's function): trio names a
+    task after the function it runs, and a block the test's own task took was held by
+    "kvstress.controlled._trio.seeded_trio_run.<locals>.main" (a blind user's report)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    for name in ("__module__", "__name__", "__qualname__"):
+        value = getattr(fn, name, None)
+        if isinstance(value, str):
+            setattr(wrapper, name, value)
 
 
 async def _prelude(rounds: int) -> None:

@@ -184,6 +184,7 @@ def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
     import trio
 
     from kvstress.controlled import TimeLimitExceeded, seeded_trio_run
+    from kvstress.controlled._trio import named_like
 
     if not scheduler.new_execution():
         raise SchedulerExhausted(f"{type(scheduler).__name__} has no execution left to run")
@@ -201,6 +202,7 @@ def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
                 "modules)"
             )
 
+    named_like(bounded, fn)
     seed = scheduler.next_u64()
     if not trio.lowlevel.in_trio_run():
         seeded_trio_run(bounded, seed=seed)
