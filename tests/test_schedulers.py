@@ -728,3 +728,16 @@ def test_a_divergence_at_a_timers_choice_says_so() -> None:
     with pytest.raises(ScheduleDivergence, match="chose to fire timer 2") as caught:
         replay.next_task([0, 3], 0)
     assert "to_thread" in str(caught.value)
+
+
+def test_a_dfs_divergence_says_which_task_was_running() -> None:
+    """The same runnable tasks with another one running read "[0, 3] differ from [0, 3]"."""
+    scheduler = DFSScheduler()
+    assert scheduler.new_execution()
+    scheduler.next_task([0, 3], 0)
+    assert scheduler.new_execution()
+    with pytest.raises(ScheduleDivergence) as caught:
+        scheduler.next_task([0, 3], 3)
+    said = str(caught.value)
+    assert "runnable tasks [0, 3], task 3 running" in said and "task 0 running" in said
+    assert "real threads" in said

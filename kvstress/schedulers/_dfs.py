@@ -29,6 +29,7 @@ class _Branch:
     options: tuple[int, ...]  # runnable tasks, the current one first when it could continue
     allowed: int  # how many leading options the preemption bound permits here
     taken: int  # the option this execution takes
+    current: int | None = None  # the task that ran last when the decision was made
 
 
 class DFSScheduler(SchedulerBase):
@@ -90,14 +91,23 @@ class DFSScheduler(SchedulerBase):
             branch = self._path[at]
             if branch.options != options:
                 raise ScheduleDivergence(
-                    f"DFS decision {at}: runnable tasks {sorted(options)} (current {current}) differ "
-                    f"from the earlier execution's {sorted(branch.options)}: the program is not "
-                    "deterministic under the scheduler"
+                    f"DFS decision {at}: {_state(options, current)}, where the earlier execution "
+                    f"had {_state(branch.options, branch.current)}: the program is not deterministic "
+                    "under the scheduler, which dfs needs (work handed to real threads, to_thread or an "
+                    "executor, comes back at other points each time; random and pct explore such a "
+                    "program)"
                 )
         else:
             bounded = self.preemption_bound is not None and self._preemptions >= self.preemption_bound
-            branch = _Branch(options, 1 if can_continue and bounded else len(options), 0)
+            branch = _Branch(options, 1 if can_continue and bounded else len(options), 0, current)
             self._path.append(branch)
         if branch.taken and can_continue:
             self._preemptions += 1
         return branch.options[branch.taken]
+
+
+def _state(options: tuple[int, ...], current: int | None) -> str:
+    """``runnable tasks [0, 3], task 3 running``: the runnable set alone read the same in both
+    executions where only the running task differed (a blind user's)."""
+    running = "none running" if current is None or current not in options else f"task {current} running"
+    return f"runnable tasks {sorted(options)}, {running}"
