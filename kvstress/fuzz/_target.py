@@ -296,7 +296,7 @@ def _build(
     blocks: int,
     shape: tuple[int, ...],
     backend: str,
-    bound_s: float = BUILD_BOUND_S,
+    bound_s: float | None = None,
 ) -> Any:
     def make() -> Any:
         return factory(blocks, shape, dtype=torch.float32, device=None)
@@ -312,6 +312,7 @@ def _build(
     # On a thread of its own, bounded: a constructor that blocks hung `kvstress fuzz` for ever,
     # before any output (a blind tester's pool sleeping in __init__).
     call = f"{spec}({blocks}, {shape}, dtype=torch.float32, device=None)"
+    bound_s = BUILD_BOUND_S if bound_s is None else bound_s  # read now: a test lowers it
     try:
         return run_on_a_thread(build, bound_s, name="kvstress-build")
     except Abandoned:
