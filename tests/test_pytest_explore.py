@@ -695,3 +695,45 @@ def test_under_pytest_repeat_the_replay_line_carries_its_count(pytester: pytest.
         "-p", "no:cacheprovider", f"--kvstress-replay={schedule.group(1)}", f"{nodeid}[1-2]", "--count", "2"
     )
     again.assert_outcomes(failed=1)
+
+
+SETUP_FIRST_CONFTEST = """
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    # As pytest-rerunfailures does: per-test state begun at the setup report, used after it.
+    report = yield
+    if report.when == "setup":
+        item.state_from_setup = []
+    else:
+        item.state_from_setup.append(report.when)
+    return report
+"""
+
+
+def test_an_alarm_before_the_first_schedule_reports_setup_first(pytester: pytest.Pytester) -> None:
+    """The alarm landed as the explored test's modules were imported, before any phase: its
+    failure was reported from the call on, and pytest-rerunfailures, whose state begins at the
+    setup report, raised an INTERNALERROR."""
+    pytester.makeini(INI)
+    pytester.makeconftest(SETUP_FIRST_CONFTEST)
+    pytester.makepyfile(alarm_now='import pytest\npytest.fail("Timeout (>1s) from pytest-timeout.")\n')
+    pytester.makepyfile(
+        test_early="""
+import pytest
+
+@pytest.mark.kvstress_explore(schedules=3, modules=["alarm_now"])
+def test_explored():
+    pass
+
+def test_after_it():
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-rA")
+    out = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in out, out
+    result.assert_outcomes(failed=1, passed=1)
+    assert "Timeout (>1s)" in out, out

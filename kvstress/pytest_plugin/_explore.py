@@ -26,7 +26,7 @@ import unittest
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -597,12 +597,18 @@ def _fail_outside_phases(item: pytest.Function, nextitem: pytest.Item | None, st
     def fail() -> None:
         raise stopped
 
-    for when, hook in (
-        ("call", fail),
-        ("teardown", lambda: ihook.pytest_runtest_teardown(item=item, nextitem=nextitem)),
-    ):
-        call = pytest.CallInfo.from_call(hook, when=when)  # type: ignore[arg-type]
+    # The whole protocol, setup first: outside the phases no copy is set up, and plugins begin
+    # their per-test state at the setup (pytest-rerunfailures' makereport, and pytest's logging
+    # at teardown, failed without it: an INTERNALERROR when the alarm landed before the first
+    # schedule). The alarm's failure is the call's; a setup that fails reports its own.
+    def phase(when: Literal["setup", "call", "teardown"], hook: Callable[[], object]) -> bool:
+        call = pytest.CallInfo.from_call(hook, when=when)
         ihook.pytest_runtest_logreport(report=ihook.pytest_runtest_makereport(item=item, call=call))
+        return call.excinfo is None
+
+    if phase("setup", lambda: ihook.pytest_runtest_setup(item=item)):
+        phase("call", fail)
+    phase("teardown", lambda: ihook.pytest_runtest_teardown(item=item, nextitem=nextitem))
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
