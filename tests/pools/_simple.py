@@ -159,12 +159,15 @@ class SimpleThreadedPool(_FreeList):
         deadline = None if timeout is None else time.monotonic() + timeout
         # The queue is looked at after every wake-up, deadline or not: a notify can land on a
         # waiter whose wait has just timed out, and the block it announced must not be left behind.
-        while not self._free:
+        while not self._has_free():
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
             self._wait(remaining)
         return True
+
+    def _has_free(self) -> bool:
+        return bool(self._free)
 
     def _wait(self, remaining: float | None) -> None:
         self._not_empty.wait(remaining)

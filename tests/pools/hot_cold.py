@@ -7,7 +7,6 @@ tried larger pools itself).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kvstress import BlockState
@@ -23,23 +22,13 @@ class HotColdPool(SimpleThreadedPool):
         super().__init__(*args, **kwargs)
         self._hot: list[Block] = []
 
-    def _until_free(self, timeout: float | None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not (self._hot or self._free):
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            self._wait(remaining)
-        return True
+    def _has_free(self) -> bool:
+        return bool(self._hot or self._free)
 
     def _take(self) -> Block:
-        if not self._hot:
-            return super()._take()
-        block = self._hot.pop()
-        self._count -= 1
-        block.state = BlockState.ACQUIRED
-        block.refcount = 1
-        return block
+        if self._hot:
+            self._free.appendleft(self._hot.pop())  # the newest hot block goes first
+        return super()._take()
 
     def _offer(self, block: Block) -> None:
         block.state = BlockState.FREE
