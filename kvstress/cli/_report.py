@@ -7,8 +7,8 @@ import shlex
 from pathlib import Path
 
 from kvstress.cli._parser import Parser, UsageError
-from kvstress.reports import ReportError, load_report, replay_line, write_html
-from kvstress.reports._sections import blocks_text, pool_size
+from kvstress.reports import ReportError, load_report, pool_size, replay_line, write_html
+from kvstress.reports._sections import blocks_text
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
