@@ -31,6 +31,7 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import heapq
 import inspect
 import itertools
@@ -51,6 +52,7 @@ from kvstress.controlled._errors import (
     TimeLimitExceeded,
 )
 from kvstress.controlled._foreign import ThreadWatch
+from kvstress.controlled._gated import GatedWork, Why, WorkState, call_name, work_of_this_thread
 from kvstress.controlled._thread_work import following_thread_work
 from kvstress.schedulers import ALL_TIMERS, Scheduler
 from kvstress.schedulers._schedule import TIMER_LANE
@@ -204,6 +206,16 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
         self._kv_origin: dict[asyncio.Handle, int] = {}  # a plain callback a task queued -> its lane
+        # Calls out to threads run at the scheduler's choice (``GatedWork``): the lanes they
+        # were given, those not done, and those set loose (counted as work out in threads).
+        self._kv_work_lanes: dict[int, str] = {}  # lane -> what the thread runs
+        self._kv_gated: list[GatedWork] = []
+        self._kv_loose: list[GatedWork] = []
+        self._kv_no_gates = False  # closing: calls out to threads run as they come
+        self._kv_thread: int | None = None  # the thread running the loop
+        self.kv_gated_submit = False
+        """True while a gated call is handed to its executor (``ThreadPoolExecutor.submit``'s
+        wrapper then leaves it to the loop's own count)."""
         super().__init__()  # first: BaseEventLoop.__del__ needs its fields even if we raise below
         try:
             _check_options(max_steps, start_time)
@@ -332,6 +344,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             raise RuntimeError("Event loop is closed")
         entry = _entry(self, callback, args, context)
         self._kv_inbox.append(entry)  # deque.append is atomic
+        work = work_of_this_thread()
+        if work is not None and work.loop is self:
+            work.posted()  # its window ends here
         self._kv_woken.set()
         super().call_soon_threadsafe(self._kv_arm)
         return entry[0]
@@ -342,11 +357,92 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         """The stock call, counted until it is back: while one is out, virtual time runs with
         real time (``_kv_follow_real``), and with nothing else ready the loop waits for it in
         real time, up to the next timer, instead of calling the wait a deadlock."""
+        thread_pool = executor is None or isinstance(executor, concurrent.futures.ThreadPoolExecutor)
+        work = self.gated_work(call_name(func)) if thread_pool else None
+        if work is None:
+            self.thread_work_begins()
+            future = super().run_in_executor(executor, func, *args)
+            self._kv_threads += 1
+            future.add_done_callback(self._kv_thread_back)
+            return future
+        outer: asyncio.Future[T] = self.create_future()
+        stock = super().run_in_executor
+
+        def submit() -> bool:
+            if outer.done():  # cancelled before its turn: never runs
+                return False
+            self.kv_gated_submit = True
+            try:
+                inner = stock(executor, work.wrap(func), *args)  # type: ignore[arg-type]
+            except Exception as error:  # the executor refused it (shut down)
+                outer.set_exception(error)
+                return False
+            finally:
+                self.kv_gated_submit = False
+            inner.add_done_callback(functools.partial(_settle, outer))
+            outer.add_done_callback(functools.partial(_cancel_with, inner))
+            return True
+
+        work.submit = submit
+        outer.add_done_callback(lambda _: work.abandon())
+        self.hand(work)
+        return outer
+
+    def gated_work(self, name: str = "call") -> GatedWork | None:
+        """A call out to a thread, to run at the scheduler's choice once ``hand`` is called (see
+        ``kvstress.controlled._gated``); None where calls run as they come: off the loop's
+        thread, or as the loop closes."""
+        if self._kv_no_gates or self.is_closed() or threading.get_ident() != self._kv_thread:
+            return None
+        return GatedWork(self, name)
+
+    def hand(self, work: GatedWork) -> None:
+        """The call is handed to its thread: a lane of its own, ready now."""
+        work.lane = self._next_lane
+        self._next_lane += 1
+        self._kv_work_lanes[work.lane] = work.name
+        self._kv_gated.append(work)
+        self._kv_queue_window(work, None)
+
+    def _kv_queue_window(self, work: GatedWork, when: float | None) -> None:
+        window = self._kv_window
+        handle = self.call_soon(window, work) if when is None else self.call_at(when, window, work)
+        assert work.lane is not None
+        self._kv_origin[handle] = work.lane
+
+    def _kv_window(self, work: GatedWork) -> None:
+        """The scheduler picked a call out to a thread: run it to its next scheduling point."""
+        began = time.perf_counter()
+        if work.submit is not None:
+            submit, work.submit = work.submit, None
+            if self._kv_no_gates or not submit():
+                work.state = WorkState.DONE
+                return
+        if self._kv_no_gates:
+            self._kv_set_loose(work, began)
+            return
+        why = work.run_window()
+        if why is None:
+            if work.state is WorkState.LOOSE:
+                self._kv_set_loose(work, began)
+        elif why is Why.SLEEP:
+            seconds = work.sleep_for
+            self._kv_queue_window(work, later(self._kv_now, seconds) if seconds > 0 else None)
+
+    def _kv_set_loose(self, work: GatedWork, since: float) -> None:
+        """Count work set loose as out in a thread from ``since`` (its window's real time counts)."""
+        work.loosen()
+        self._kv_loose.append(work)
         self.thread_work_begins()
-        future = super().run_in_executor(executor, func, *args)
-        self._kv_threads += 1
-        future.add_done_callback(self._kv_thread_back)
-        return future
+        assert self._kv_real is not None
+        self._kv_real = min(self._kv_real, since)
+
+    def _kv_loose_out(self) -> bool:
+        """Whether work set loose is still out (done work is dropped from the count)."""
+        loose = self._kv_loose
+        if loose and any(work.state is WorkState.DONE for work in loose):
+            loose[:] = [work for work in loose if work.state is not WorkState.DONE]
+        return bool(loose)
 
     async def shutdown_default_executor(self, *args: Any, **kwargs: Any) -> None:
         """The stock call (a thread joins the executor's), counted as ``run_in_executor``'s are."""
@@ -404,6 +500,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_stopping = False
         self._kv_error = None
         self._kv_arm()
+        self._kv_thread = threading.get_ident()
         _RUNNING.append(self)
         try:
             with following_thread_work():
@@ -436,6 +533,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             while self._kv_watch.at_work() and time.perf_counter() - began < SUBMITTED_WAIT_S:
                 time.sleep(FOREIGN_POLL_S)
         if not self.is_closed():
+            self._kv_free_gates()
             self._kv_run_done_callbacks()
             for task in asyncio.all_tasks(self):
                 coro = task.get_coro()
@@ -446,6 +544,17 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_inbox.clear()
         self._kv_timers.clear()
         self._kv_origin.clear()
+
+    def _kv_free_gates(self) -> None:
+        """Let every call out to a thread still waiting for its turn run as it comes: the loop is
+        closing, and a thread left at its gate would wait for ever (a worker of anyio's or of an
+        executor, which the interpreter joins at exit). One never handed to its executor is
+        dropped."""
+        self._kv_no_gates = True
+        for work in self._kv_gated:
+            if work.state is WorkState.QUEUED and work.submit is None:
+                work.loosen(real_sleep=False)  # the run is over: a sleep it is in ends now
+        self._kv_gated.clear()
 
     def _kv_run_done_callbacks(self) -> None:
         """Run the callbacks still queued that are not a task's steps, oldest first: the done
@@ -584,7 +693,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         test's schedule): a loop runs a new task's first step in the order the tasks were made
         (``call_soon``'s FIFO), and a test that starts its clients in order may rely on it.
         Everything after a task's first step is the strategy's to order."""
-        waiting = [lane for lane in heads if lane > 0 and lane not in self._kv_started]
+        works = self._kv_work_lanes
+        waiting = [lane for lane in heads if lane > 0 and lane not in self._kv_started and lane not in works]
         if len(waiting) < 2:
             return heads
         first = min(waiting)
@@ -682,6 +792,10 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         found = next((task for task, number in self._lanes.items() if number == lane), None)
         return found if isinstance(found, asyncio.Task) else None
 
+    def work_of_lane(self, lane: int | None) -> str | None:
+        """What a call out to a thread runs, for its lane (``hand``); None for any other lane."""
+        return self._kv_work_lanes.get(lane) if lane is not None else None
+
     def _lane_of(self, callback: Callable[..., object]) -> int:
         # A task's steps and wake-ups are its bound methods; anything else is a plain callback.
         owner = getattr(callback, "__self__", None)
@@ -701,14 +815,15 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         """Nothing is ready: wait for calls out in threads, let the stock loop poll I/O once,
         then jump to the next timer, else it is a deadlock. False when the poll comes first."""
         self._kv_woken.clear()  # before the counts are read: a call back after it sets it again
-        if self._kv_threads or self._kv_submissions_pending():
-            waited = self._wait_for_threads(THREAD_WAIT_S if self._kv_threads else SUBMITTED_WAIT_S)
+        threads = self._kv_threads or self._kv_loose_out()
+        if threads or self._kv_submissions_pending():
+            waited = self._wait_for_threads(THREAD_WAIT_S if threads else SUBMITTED_WAIT_S)
             if waited is None:
                 return True  # something came back: run it
-            if not waited and self._kv_threads:
-                now = round(self._kv_now, 9)
+            if not waited and threads:
+                now, out = round(self._kv_now, 9), self._kv_threads + len(self._kv_loose)
                 raise Deadlock(
-                    f"at virtual time {now:g} nothing is ready, and {self._kv_threads} call(s) "
+                    f"at virtual time {now:g} nothing is ready, and {out} call(s) "
                     f"run in a thread (run_in_executor, to_thread, anyio's) did not come back within "
                     f"{THREAD_WAIT_S:g} s of real time"
                 )
@@ -852,7 +967,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self._kv_now += now - last
             self.kv_excused += now - last
             self._kv_budget = self.max_steps  # the step bound is per instant: time moved
-        out = self._kv_threads or self._kv_foreign or self._kv_submissions_pending()
+        out = self._kv_threads or self._kv_foreign or self._kv_loose_out() or self._kv_submissions_pending()
         self._kv_real = now if out else None
 
     def _late_jump(self, when: float) -> float:
@@ -947,6 +1062,23 @@ def _library_file(filename: str) -> bool:
         if where and filename.startswith(os.path.dirname(where) + os.sep):
             return True
     return False
+
+
+def _settle(outer: asyncio.Future[Any], inner: asyncio.Future[Any]) -> None:
+    """Give ``outer`` (what a gated ``run_in_executor`` returned) the executor's outcome."""
+    if outer.done():
+        return
+    if inner.cancelled():
+        outer.cancel()
+    elif inner.exception() is not None:
+        outer.set_exception(inner.exception())  # type: ignore[arg-type]
+    else:
+        outer.set_result(inner.result())
+
+
+def _cancel_with(inner: asyncio.Future[Any], outer: asyncio.Future[Any]) -> None:
+    if outer.cancelled():
+        inner.cancel()
 
 
 def _is_task_step(callback: Callable[..., object]) -> bool:

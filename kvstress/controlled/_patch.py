@@ -32,6 +32,7 @@ from typing import Any
 
 from kvstress.controlled import _coop, _coop_asyncio, _coop_compound, _coop_futures, _coop_io, _coop_queue
 from kvstress.controlled._baton import active_controller
+from kvstress.controlled._gated import gated_sleep
 from kvstress.controlled._loop import ControlledEventLoop, sole_running_loop
 from kvstress.controlled._reach import left_alone
 from kvstress.controlled._thread_work import trio_clock_elsewhere
@@ -159,7 +160,16 @@ def _loop_wall_time_ns() -> int:
     return int(_loop_wall_time() * 1e9)
 
 
+def _loop_sleep(secs: float) -> None:
+    """``time.sleep``: on the controlled loop's clock in a call out to a thread the loop runs at its
+    scheduler's choice (``kvstress.controlled._gated``: the thread's next scheduling point, as
+    ``asyncio.sleep`` is a task's); a real sleep anywhere else (the loop's own thread included)."""
+    if not gated_sleep(secs):
+        time.sleep(secs)
+
+
 _LOOP_TIME = {
+    "sleep": _loop_sleep,
     "monotonic": _loop_time,
     "monotonic_ns": _loop_time_ns,
     "perf_counter": _loop_time,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib
 import math
 import sys
 import threading
@@ -45,6 +46,8 @@ _trio_jumps: dict[object, tuple[float, float]] = {}  # trio run -> its MockClock
 _trio_real: dict[object, list[Any]] = {}  # trio run -> [seconds its clock ran with real time, since when]
 _trio_clocks_out: dict[object, Any] = {}  # trio run with work out in threads -> its clock
 _real_submit: list[Callable[..., Future[Any]]] = []  # ThreadPoolExecutor.submit, while wrapped
+_trio_gates: dict[object, Any] = {}  # trio run (its token) -> its ThreadGates
+_real_post: list[Callable[..., None]] = []  # TrioToken.run_sync_soon, while wrapped
 
 
 class _CountsThreadWork(Protocol):
@@ -59,6 +62,12 @@ def following_thread_work() -> Iterator[None]:
         _running += 1
         if _running == 1:
             for name in _WRAPPED:
+                if name.partition(".")[0] in sys.modules and name not in sys.modules:
+                    # anyio loads ``to_thread`` lazily, at its first use: a run whose code used
+                    # it first ran its calls unwrapped (not at the schedule's choice, so its
+                    # replay diverged)
+                    with contextlib.suppress(ImportError):
+                        importlib.import_module(name)
                 module = sys.modules.get(name)
                 if module is not None:
                     namespace = vars(module)
@@ -66,6 +75,11 @@ def following_thread_work() -> Iterator[None]:
                     namespace["run_sync"] = _counted(namespace["run_sync"])
             _real_submit.append(ThreadPoolExecutor.submit)
             ThreadPoolExecutor.submit = _counted_submit(ThreadPoolExecutor.submit)  # type: ignore[method-assign]
+            trio = sys.modules.get("trio")
+            if trio is not None:
+                token_class = trio.lowlevel.TrioToken
+                _real_post.append(token_class.run_sync_soon)
+                token_class.run_sync_soon = _posting(token_class.run_sync_soon)
     try:
         yield
     finally:
@@ -80,6 +94,11 @@ def following_thread_work() -> Iterator[None]:
                 real_submit = _real_submit.pop()
                 if getattr(ThreadPoolExecutor.submit, "__wrapped__", None) is real_submit:
                     ThreadPoolExecutor.submit = real_submit  # type: ignore[method-assign]
+                if _real_post:
+                    real_post = _real_post.pop()
+                    token_class = sys.modules["trio"].lowlevel.TrioToken
+                    if getattr(token_class.run_sync_soon, "__wrapped__", None) is real_post:
+                        token_class.run_sync_soon = real_post
 
 
 def _counted_submit(real: Callable[..., Future[Any]]) -> Callable[..., Future[Any]]:
@@ -89,7 +108,8 @@ def _counted_submit(real: Callable[..., Future[Any]]) -> Callable[..., Future[An
             loop: Any = asyncio.get_running_loop()
         except RuntimeError:
             return real(self, fn, *args, **kwargs)
-        if not callable(getattr(loop, "submitted", None)):  # not a controlled asyncio loop's thread
+        if not callable(getattr(loop, "submitted", None)) or getattr(loop, "kv_gated_submit", False):
+            # not a controlled asyncio loop's thread, or a call the loop runs in turn (its own count)
             return real(self, fn, *args, **kwargs)
         loop.thread_work_begins()  # before the worker can start: see ``thread_work_begins``
         future = real(self, fn, *args, **kwargs)
@@ -97,6 +117,22 @@ def _counted_submit(real: Callable[..., Future[Any]]) -> Callable[..., Future[An
         return future
 
     return submit
+
+
+def _posting(real: Callable[..., None]) -> Callable[..., None]:
+    """``TrioToken.run_sync_soon``, which ends the window of a call out to a thread when that
+    thread hands the run its result (``kvstress.controlled._gated``)."""
+
+    @functools.wraps(real)
+    def run_sync_soon(self: object, sync_fn: Callable[..., object], *args: object, idempotent: bool = False) -> None:
+        real(self, sync_fn, *args, idempotent=idempotent)
+        from kvstress.controlled._gated import work_of_this_thread
+
+        work = work_of_this_thread()
+        if work is not None and getattr(work.loop, "token", None) is self:
+            work.posted()
+
+    return run_sync_soon
 
 
 def trio_thread_work() -> int:
@@ -109,10 +145,98 @@ def trio_thread_work() -> int:
 def _counted(real: _AsyncFn) -> _AsyncFn:
     @functools.wraps(real)
     async def run_sync(*args: Any, **kwargs: Any) -> Any:
+        if isinstance(kwargs.get("limiter"), _Handing):
+            # anyio's on trio calling trio's: the outer call is the one the run gates and counts
+            return await real(*args, **kwargs)
+        gated = _gated_call(real, args, kwargs)
+        if gated is not None:
+            work = gated[2]
+            try:
+                return await real(*gated[0], **gated[1])
+            finally:
+                work.abandon()  # a wait cancelled: work set loose is no longer counted
+                if work.counted:  # a trio run's count
+                    work.counted = False
+                    _trio_out(work.loop.token, -1)
         with _counting():
             return await real(*args, **kwargs)
 
     return run_sync
+
+
+def trio_gates_open(token: object, gates: object | None) -> None:
+    """The trio run ``token`` runs its calls out to threads through ``gates`` (a
+    ``ThreadGates``), or no longer (None)."""
+    with _lock:
+        if gates is None:
+            _trio_gates.pop(token, None)
+        else:
+            _trio_gates[token] = gates
+
+
+def trio_work_out(token: object, change: int) -> None:
+    """Count a call out in a thread (+1) or back (-1) for the trio run ``token`` (its thread)."""
+    _trio_out(token, change)
+
+
+def _gated_call(
+    real: _AsyncFn, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any], Any] | None:
+    """The arguments for ``run_sync`` where the run decides when the call runs (a controlled
+    asyncio loop: at its scheduler's choice; a seeded trio run: right after the step that hands
+    it over; ``kvstress.controlled._gated``): the function wrapped to wait for its turn, and the
+    capacity limiter wrapped to tell the run when the call is handed to its thread (once a
+    token is held: a call waiting for one is not handed yet). None elsewhere."""
+    if not args or not callable(args[0]):
+        return None
+    library = getattr(real, "__module__", "").partition(".")[0]
+    try:
+        host: Any = asyncio.get_running_loop()
+    except RuntimeError:
+        token = _trio_token()
+        with _lock:
+            host = _trio_gates.get(token) if token is not None else None
+    if host is None or not callable(getattr(host, "gated_work", None)):
+        return None
+    from kvstress.controlled._gated import call_name
+
+    work = host.gated_work(call_name(args[0]))
+    if work is None:
+        return None
+    limiter = kwargs.get("limiter")
+    if limiter is None and library == "anyio" and isinstance(host, asyncio.AbstractEventLoop):
+        import anyio.to_thread
+
+        limiter = anyio.to_thread.current_default_thread_limiter()
+    elif limiter is None:  # trio's, or anyio's on trio (which hands None on to trio's)
+        import trio.to_thread
+
+        limiter = trio.to_thread.current_default_thread_limiter()
+    return (work.wrap(args[0]), *args[1:]), {**kwargs, "limiter": _Handing(limiter, host, work)}, work
+
+
+class _Handing:
+    """A capacity limiter that tells the loop a call is handed to its thread once it holds a
+    token (anyio puts the call on its worker's queue in the same step)."""
+
+    def __init__(self, limiter: Any, loop: Any, work: Any) -> None:
+        self._limiter, self._loop, self._work = limiter, loop, work
+
+    async def __aenter__(self) -> None:
+        await self._limiter.__aenter__()
+        self._loop.hand(self._work)
+
+    async def acquire_on_behalf_of(self, borrower: object) -> None:
+        """trio's way in: it starts the call's thread in the same step."""
+        await self._limiter.acquire_on_behalf_of(borrower)
+        self._loop.hand(self._work)
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        result: bool | None = await self._limiter.__aexit__(*exc_info)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._limiter, name)
 
 
 @contextlib.contextmanager

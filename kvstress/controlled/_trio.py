@@ -37,7 +37,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from kvstress.controlled._loop import CREEP_AFTER
-from kvstress.controlled._thread_work import following_thread_work
+from kvstress.controlled._gated import GatedWork, Why
+from kvstress.controlled._thread_work import following_thread_work, trio_gates_open, trio_work_out
 from kvstress.schedulers._base import check_seed
 
 T = TypeVar("T")
@@ -78,6 +79,67 @@ class MovingTime(trio.abc.Instrument):
             self._at = self.clock.current_time()  # its own move is no new instant
 
 
+SLEEP_IN_STEP_S = 0.002
+"""The longest ``time.sleep`` a call out to a thread takes inside its window on trio: the run's
+``MockClock`` moves on by it, as a loop's clock does behind a step that runs long (the lateness
+an explored test's timers are allowed, ``LATE_WINDOW``). A longer one sets the call loose."""
+
+
+class ThreadGates(trio.abc.Instrument):
+    """Calls out to threads (``trio.to_thread.run_sync``, anyio's on trio) run at a fixed point
+    of the run: right after the task step that handed them over, the run waiting while the
+    thread runs to its result (``kvstress.controlled._gated``). trio offers no per-step choice,
+    so the point is not a strategy's to move; but it is the same in every run of a seed, and so
+    are the thread's writes among the steps and the step its result comes back in. A short
+    ``time.sleep`` in the thread moves the ``MockClock`` on (``SLEEP_IN_STEP_S``); a longer one,
+    or a thread that parks or calls back into the run first, is set loose, counted as work out
+    in a thread as before."""
+
+    def __init__(self, clock: trio.abc.Clock) -> None:
+        self.clock = clock if isinstance(clock, trio.testing.MockClock) else None
+        self.token: object = None
+        self._handed: list[GatedWork] = []
+
+    def before_run(self) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        trio_gates_open(self.token, self)
+
+    def after_run(self) -> None:
+        trio_gates_open(self.token, None)
+        for work in self._handed:  # handed in the last step: let them run as they come
+            work.loosen(real_sleep=False)
+        self._handed.clear()
+
+    def gated_work(self, name: str) -> GatedWork:
+        """A call out to a thread, run after the step that hands it over (``hand``)."""
+        return GatedWork(self, name)
+
+    def hand(self, work: GatedWork) -> None:
+        """The call is handed to its thread in the step running now."""
+        self._handed.append(work)
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self._handed:
+            handed, self._handed = self._handed, []
+            for work in handed:
+                self._run(work)
+
+    def _run(self, work: GatedWork) -> None:
+        while True:
+            why = work.run_window()
+            if why is Why.POSTED:
+                return  # its result is on its way to the run
+            seconds = work.sleep_for
+            if why is Why.SLEEP and self.clock is not None and seconds <= SLEEP_IN_STEP_S:
+                if seconds > 0:
+                    self.clock.jump(seconds)
+                continue
+            work.loosen()  # a long sleep (real now), or it was set loose already
+            work.counted = True
+            trio_work_out(self.token, +1)
+            return
+
+
 def seeded_trio_run(
     async_fn: Callable[[*Ts], Awaitable[T]],
     *args: *Ts,
@@ -95,6 +157,7 @@ def seeded_trio_run(
     if clock is None:
         clock = trio.testing.MockClock(autojump_threshold=0)
         instruments = (*instruments, MovingTime(clock))
+    instruments = (*instruments, ThreadGates(clock))
     rounds = seed % PRELUDE_ORDERS
 
     async def main() -> T:

@@ -199,6 +199,9 @@ def _lookup() -> Lookup | None:
     def task(lane: int) -> tuple[str, list[FrameType]]:
         found = loop.task_of_lane(lane)
         if found is None:
+            work = loop.work_of_lane(lane)
+            if work is not None:
+                return f"a call in a thread ({work})", []
             return ("a callback of the loop" if lane == 0 else f"task {lane}"), []
         return found.get_name(), _awaited_frames(found)
 

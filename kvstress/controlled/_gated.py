@@ -1,0 +1,231 @@
+"""Work a controlled asyncio loop hands to a thread, run at a point its scheduler picks.
+
+A call out to a thread (``run_in_executor``, ``asyncio.to_thread``, ``anyio.to_thread.run_sync``)
+used to run in real time beside the loop: where its result came back among the tasks' steps, and
+where its writes to shared memory fell between them, changed from run to run. A schedule that
+failed could then not be replayed (a blind user's serving loop with its decode step in a thread:
+2 of 11 replays followed their schedule).
+
+So each such call is a lane of its own, as a task is: ready from the moment it is handed over,
+and run when the scheduler picks it. While it runs (a *window*) the loop waits for it, and the
+thread runs until its next scheduling point:
+
+- it hands something to the loop (``call_soon_threadsafe``): its result once it has returned,
+  which ends the work; anything before that (``anyio.from_thread.run``) sets it loose;
+- it sleeps (``time.sleep`` in a module whose clock the run controls): a sleep on the loop's
+  virtual clock, as ``asyncio.sleep`` is; the lane is ready again when the loop's time comes to
+  its end (``sleep(0)`` yields at once);
+- it parks on something else (a lock, a queue, a real timed wait the loop may be needed to end),
+  or does not come back within ``WINDOW_BOUND_S``: it is set loose.
+
+Work set *loose* runs on in real time beside the loop, as before (the loop counts it, and virtual
+time follows real time until it is back): the run is still correct, only its timing is no longer
+the schedule's. A thread's work between two scheduling points takes no virtual time, as a task's
+step takes none.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kvstress.controlled._foreign import PARKED_STATES, _sample
+
+WINDOW_POLL_S = 0.001
+"""Real seconds between two looks at a window's thread: parked (no CPU time since the look
+before, and asleep in the kernel) twice in a row, it is set loose."""
+WINDOW_BOUND_S = 1.0
+"""Real seconds a window may last before its thread is set loose (one that never starts: its
+executor is full of other work; one that computes or spins that long)."""
+
+
+class WorkState(enum.Enum):
+    QUEUED = "queued"  # a lane, waiting for the scheduler (or for the end of its sleep)
+    RUNNING = "running"  # in its window: the loop waits for it
+    LOOSE = "loose"  # runs beside the loop, in real time
+    DONE = "done"  # its result is with the loop
+
+
+class Why(enum.Enum):
+    """What ended a window."""
+
+    POSTED = "posted"
+    SLEEP = "sleep"
+
+
+class GatedWork:
+    """One call out to a thread, run by the scheduler's choice (see the module docstring).
+
+    Invariants: the thread runs the work's function only while the work is RUNNING or LOOSE;
+    ``_turn`` gets one release per window (and one when set loose); ``ident`` is set once the
+    thread has begun."""
+
+    def __init__(self, loop: object, name: str) -> None:
+        self.loop = loop
+        self.name = name
+        self.lane: int | None = None  # given when the call is handed over
+        self.state = WorkState.QUEUED
+        self.submit: Callable[[], bool] | None = None  # hands the call to its executor (first window)
+        self.ident: int | None = None
+        self.native_id: int | None = None
+        self.returned = False  # the function has returned (or raised)
+        self.why: Why | None = None
+        self.sleep_for = 0.0
+        self.post_returned = False  # whether the function had returned when it last posted
+        self.counted = False  # set loose and counted as out by its host (a trio run's count)
+        self._real_sleep = True  # set loose in a sleep: the thread sleeps it out for real
+        self._turn = threading.Semaphore(0)
+        self._back = threading.Event()
+        self._mutex = threading.Lock()  # the state's changes by the thread and by the loop
+
+    # -- the thread's side ----------------------------------------------------------------------
+
+    def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """``func``, run at this work's first window."""
+
+        def gated(*args: Any, **kwargs: Any) -> Any:
+            self.ident, self.native_id = threading.get_ident(), threading.get_native_id()
+            with _lock:
+                _works[self.ident] = self
+            self._turn.acquire()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.returned = True
+
+        return gated
+
+    def posted(self) -> None:
+        """The thread handed the loop a callback (already queued): the window ends. Once the
+        function has returned this was its result; before, the thread goes on loose."""
+        with self._mutex:
+            if self.state is WorkState.RUNNING:
+                self.why, self.post_returned = Why.POSTED, self.returned
+                self._back.set()
+            elif self.state is WorkState.LOOSE and self.returned:
+                self.state = WorkState.DONE
+                self._forget()
+
+    def pause(self, seconds: float) -> bool:
+        """A sleep in the window: the loop takes it on its own clock; False when the work is not
+        in a window (the caller sleeps for real)."""
+        with self._mutex:
+            if self.state is not WorkState.RUNNING:
+                return False
+            self.why, self.sleep_for = Why.SLEEP, seconds
+            self._back.set()
+        self._turn.acquire()
+        if self.state is WorkState.LOOSE and self._real_sleep:
+            time.sleep(seconds)  # set loose in its sleep: the sleep is real again
+        return True
+
+    def _forget(self) -> None:
+        with _lock:
+            if self.ident is not None and _works.get(self.ident) is self:
+                del _works[self.ident]
+
+    # -- the loop's side ------------------------------------------------------------------------
+
+    def run_window(self) -> Why | None:
+        """Let the thread run to its next scheduling point and wait for it (see the module
+        docstring); None when it was set loose instead (``loosen`` is then the caller's)."""
+        self.why = None
+        self._back.clear()
+        self.state = WorkState.RUNNING
+        self._turn.release()
+        began = time.perf_counter()
+        parked = 0
+        last_ran: int | None = None
+        while not self._back.wait(WINDOW_POLL_S):
+            if self._stuck(began, parked):
+                if self.loosen():
+                    return None
+                break  # it reached its scheduling point as it was set loose
+            if self.native_id is not None:
+                seen = _sample(self.native_id)
+                if seen is None:
+                    parked = 2  # the thread is gone
+                    continue
+                state, ran = seen
+                parked = parked + 1 if state in PARKED_STATES and ran == last_ran else 0
+                last_ran = ran
+        with self._mutex:
+            why = self.why
+            if why is Why.POSTED and self.post_returned:
+                self.state = WorkState.DONE
+                self._forget()
+            elif why is Why.POSTED:
+                self.state = WorkState.LOOSE  # it goes on beside the loop
+                return None
+            else:
+                self.state = WorkState.QUEUED
+        return why
+
+    @staticmethod
+    def _stuck(began: float, parked: int) -> bool:
+        return parked >= 2 or time.perf_counter() - began > WINDOW_BOUND_S
+
+    def loosen(self, real_sleep: bool = True) -> bool:
+        """Let the thread run on its own from now on (its sleeps real again: one it is in now
+        too, unless ``real_sleep`` is False, as a run ends); False when it reached a scheduling
+        point meanwhile (a window's end: read ``why``)."""
+        with self._mutex:
+            if self.state is WorkState.RUNNING and self._back.is_set():
+                return False
+            if self.state in (WorkState.DONE, WorkState.LOOSE):
+                return True
+            self.state, self._real_sleep = WorkState.LOOSE, real_sleep
+        self._turn.release()
+        return True
+
+    def abandon(self) -> None:
+        """The caller stopped waiting for the call (cancelled): set loose, it is no longer
+        counted as out (the count ends with the wait, as the stock loop's does)."""
+        with self._mutex:
+            if self.state is WorkState.LOOSE:
+                self.state = WorkState.DONE
+                self._forget()
+
+    @property
+    def out(self) -> bool:
+        """Set loose and not back yet."""
+        return self.state is WorkState.LOOSE
+
+
+_lock = threading.Lock()
+_works: dict[int, GatedWork] = {}  # a thread's ident -> the gated work it runs now
+
+
+def call_name(func: object) -> str:
+    """What a call out to a thread runs, for messages: ``asyncio.to_thread``'s partial over
+    ``Context.run`` names the function inside it."""
+    for _ in range(8):
+        if not isinstance(func, functools.partial):
+            break
+        inner = func.func
+        if isinstance(getattr(inner, "__self__", None), contextvars.Context) and func.args:
+            func = func.args[0]
+        else:
+            func = inner
+    name = getattr(func, "__qualname__", None)
+    return name if isinstance(name, str) else type(func).__name__
+
+
+def work_of_this_thread() -> GatedWork | None:
+    """The gated work the calling thread runs, if any."""
+    return _works.get(threading.get_ident())
+
+
+def gated_sleep(seconds: float) -> bool:
+    """``time.sleep`` for a thread in a window: True when the loop took it (see ``pause``)."""
+    work = _works.get(threading.get_ident())
+    if work is None or work.state is not WorkState.RUNNING:
+        return False
+    if not isinstance(seconds, int | float) or seconds != seconds or seconds < 0:
+        return False  # the real sleep raises for it
+    return work.pause(float(seconds))

@@ -1,0 +1,238 @@
+"""Calls out to threads on the controlled loop run at the scheduler's choice (``_gated``): an
+explored test whose work runs in ``to_thread``, ``run_in_executor`` or ``anyio.to_thread`` runs
+the same way under the same schedule, so a failure it finds replays."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import re
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import pytest
+
+import kvstress
+from kvstress.controlled import run_controlled
+from kvstress.schedulers import RandomScheduler
+
+Offload = Callable[[Callable[..., Any]], Coroutine[Any, Any, Any]]
+
+
+async def _to_thread(fn: Callable[..., Any]) -> Any:
+    return await asyncio.to_thread(fn)
+
+
+async def _executor(fn: Callable[..., Any]) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+async def _anyio(fn: Callable[..., Any]) -> Any:
+    return await anyio.to_thread.run_sync(fn)
+
+
+OFFLOADS = {"to_thread": _to_thread, "executor": _executor, "anyio": _anyio}
+
+
+def _interleaving(offload: Offload, seed: int) -> tuple[str, ...]:
+    """Three tasks that each hand three calls to threads; each call and each step logs itself."""
+    log: list[str] = []
+
+    async def client(i: int) -> None:
+        for k in range(3):
+            log.append(f"task {i}.{k}")
+            await offload(lambda i=i, k=k: log.append(f"thread {i}.{k}"))  # type: ignore[misc]
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for i in range(3):
+                group.start_soon(client, i)
+
+    run_controlled(main, RandomScheduler(seed))
+    return tuple(log)
+
+
+@pytest.mark.parametrize("offload", sorted(OFFLOADS))
+def test_work_in_threads_runs_where_the_schedule_puts_it(offload: str) -> None:
+    """The same seed, the same order of the threads' work among the tasks' steps, every run;
+    other seeds, other orders (the threads' work is the scheduler's to place)."""
+    orders = {seed: {_interleaving(OFFLOADS[offload], seed) for _ in range(4)} for seed in range(4)}
+    assert all(len(runs) == 1 for runs in orders.values()), orders
+    assert len({runs.pop() for runs in orders.values()}) > 1
+
+
+def test_a_call_waiting_behind_a_full_executor_still_runs() -> None:
+    """A call is handed to its executor only when its turn comes, so calls waiting for their
+    turn never hold an executor's only worker."""
+    log: list[int] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(*(loop.run_in_executor(executor, log.append, i) for i in range(4)))
+
+        for seed in range(3):
+            log.clear()
+            run_controlled(main, RandomScheduler(seed))
+            assert sorted(log) == [0, 1, 2, 3]
+
+
+def test_a_thread_parked_on_what_a_task_does_is_let_run() -> None:
+    """Work that waits in its thread for something a task does (a real threading.Event) is set
+    loose, and the run goes on: no deadlock, no hang."""
+
+    async def main() -> bool:
+        ready = threading.Event()
+
+        async def setter() -> None:
+            await asyncio.sleep(0.01)
+            ready.set()
+
+        task = asyncio.create_task(setter())
+        got = await asyncio.to_thread(ready.wait, 5)
+        await task
+        return got
+
+    for seed in range(3):
+        assert run_controlled(main, RandomScheduler(seed)) is True
+
+
+def test_a_thread_that_calls_back_into_the_loop_goes_on() -> None:
+    """``anyio.from_thread.run`` from the thread hands the loop a call before the work is done:
+    the work goes on beside the loop, and its result still comes back."""
+
+    async def back() -> int:
+        await asyncio.sleep(0)
+        return 2
+
+    async def main() -> int:
+        result: int = await anyio.to_thread.run_sync(lambda: anyio.from_thread.run(back) + 3)
+        return result
+
+    for seed in range(3):
+        assert run_controlled(main, RandomScheduler(seed)) == 5
+
+
+async def _sleeps_in_a_thread() -> None:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await asyncio.to_thread(lambda: time.sleep(0.25))  # this module's ``time``: the run's clock
+    elapsed = loop.time() - start
+    assert elapsed == pytest.approx(0.25, abs=1e-9)
+
+
+def test_a_sleep_in_a_thread_is_on_the_loop_s_clock() -> None:
+    """In an explored run, ``time.sleep`` in a thread's work (in a module the run controls) is a
+    sleep on virtual time, as ``asyncio.sleep`` is a task's: exactly its length, every run."""
+    kvstress.explore(_sleeps_in_a_thread, schedules=5, strategy="random", seed=0)
+
+
+_counter = {"value": 0}
+
+
+def _bump() -> None:
+    seen = _counter["value"]
+    time.sleep(0.001)  # a scheduling point: another call may run meanwhile
+    _counter["value"] = seen + 1
+
+
+async def _lost_update() -> None:
+    _counter["value"] = 0
+    async with anyio.create_task_group() as group:
+        for _ in range(2):
+            group.start_soon(anyio.to_thread.run_sync, _bump)
+    assert _counter["value"] == 2, f"lost update: {_counter['value']}"
+
+
+def test_a_race_between_threads_work_is_found_and_replays() -> None:
+    """Two calls out to threads that read-modify-write one counter around a sleep: some
+    schedule loses an update, and its replay loses it again, every time."""
+    with pytest.raises(BaseException) as found:
+        kvstress.explore(_lost_update, schedules=100, strategy="random", seed=0)
+    text = str(found.value) + "".join(getattr(found.value, "__notes__", []))
+    schedule = re.search(r"ks1:[A-Za-z0-9_-]+", text)
+    assert schedule is not None, text
+    for _ in range(3):
+        with pytest.raises(BaseException) as again:
+            kvstress.explore(_lost_update, replay=schedule.group(0))
+        assert "lost update: 1" in str(again.value) + "".join(getattr(again.value, "__notes__", []))
+        assert "diverged" not in str(again.value)
+
+
+_ran = threading.Event()
+
+
+def _sleep_then_set() -> None:
+    time.sleep(5)  # the run's clock: the call waits for its turn again, 5 virtual seconds on
+    _ran.set()
+
+
+async def _fails_while_a_thread_sleeps() -> None:
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: anyio.to_thread.run_sync(_sleep_then_set, abandon_on_cancel=True))
+        await asyncio.sleep(0.01)
+        raise RuntimeError("the test fails first")
+
+
+def test_work_waiting_for_its_turn_when_the_run_ends_is_let_run() -> None:
+    """A call whose thread waits for its turn when the run ends (a failure) is let run: anyio's
+    worker does not wait at its gate for ever (the interpreter would join it at exit)."""
+    _ran.clear()
+    with pytest.raises(BaseExceptionGroup):
+        kvstress.explore(_fails_while_a_thread_sleeps, schedules=1, strategy="random", seed=0)
+    assert _ran.wait(5)
+
+
+def _trio_interleaving(offload: str, seed: int) -> tuple[str, ...]:
+    """As ``_interleaving``, on trio: ``trio.to_thread.run_sync`` or anyio's on trio."""
+    import trio
+    import trio.to_thread
+
+    from kvstress.controlled import seeded_trio_run
+
+    log: list[str] = []
+    module = trio.to_thread if offload == "trio" else anyio.to_thread
+
+    async def client(i: int) -> None:
+        for k in range(3):
+            log.append(f"task {i}.{k}")
+            await module.run_sync(lambda i=i, k=k: log.append(f"thread {i}.{k}"))  # type: ignore[misc]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(3):
+                nursery.start_soon(client, i)
+
+    seeded_trio_run(main, seed=seed)
+    return tuple(log)
+
+
+@pytest.mark.parametrize("offload", ["trio", "anyio"])
+def test_work_in_threads_on_trio_runs_at_the_same_point_for_a_seed(offload: str) -> None:
+    """On trio (no per-step choice) a call runs right after the step that hands it over: the
+    same seed, the same order of the threads' work among the steps, every run."""
+    orders = {seed: {_trio_interleaving(offload, seed) for _ in range(4)} for seed in range(4)}
+    assert all(len(runs) == 1 for runs in orders.values()), orders
+    assert len({runs.pop() for runs in orders.values()}) > 1
+
+
+async def _trio_lost_update() -> None:
+    import trio
+    import trio.to_thread
+
+    _counter["value"] = 0
+    async with trio.open_nursery() as nursery:
+        for _ in range(2):
+            nursery.start_soon(trio.to_thread.run_sync, _bump)
+    assert _counter["value"] == 2, f"lost update: {_counter['value']}"
+
+
+def test_threads_work_on_trio_replays_the_same_way() -> None:
+    """Each call runs whole after the step that hands it over (its 1 ms sleep moves the clock):
+    no update is lost on trio, in any run; the outcome is the seed's, not the machine's."""
+    kvstress.explore(_trio_lost_update, schedules=20, strategy="random", seed=0, backend="trio")
