@@ -40,6 +40,13 @@ and is then runnable, or runs."""
 
 _TASKS = "/proc/self/task"
 
+GATED_THREADS: set[int] = set()
+"""The idents of threads that have run a call the run gates (``kvstress.controlled._gated``: an
+executor's or anyio's worker): never watched. Their gated work runs in windows the loop waits
+for, and between calls such a worker only goes back to its queue: watched, it was seen at work
+as it did, and an idle loop let virtual time follow real time for it (a run's timers then fired
+at other points from one run to the next, and dfs diverged)."""
+
 _adopted: Callable[[], Iterable[threading.Thread]] = tuple
 """The threads, started before it, that a loop made now watches too (``adopting``)."""
 
@@ -105,6 +112,8 @@ class ThreadWatch:
                 self._known.add(thread)
                 if thread is not threading.current_thread():
                     self._threads.append(thread)
+        if GATED_THREADS and self._threads:
+            self._threads = [thread for thread in self._threads if thread.ident not in GATED_THREADS]
 
     def ignore(self, thread: threading.Thread) -> None:
         """Never watch ``thread`` (a controlled thread's own OS thread)."""
@@ -134,6 +143,9 @@ class ThreadWatch:
         last looked at."""
         suspects = []
         for thread in list(self._threads):
+            if thread.ident in GATED_THREADS:
+                self._threads.remove(thread)  # became a gated call's worker since the last look
+                continue
             seen = _sample(thread.native_id) if thread.native_id is not None else None
             if seen is None or not thread.is_alive():
                 self._threads.remove(thread)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kvstress.controlled._foreign import PARKED_STATES, _sample
+from kvstress.controlled._foreign import GATED_THREADS, PARKED_STATES, _sample
 
 WINDOW_POLL_S = 0.001
 """Real seconds between two looks at a window's thread: parked (no CPU time since the look
@@ -78,6 +78,7 @@ class GatedWork:
         self.sleep_for = 0.0
         self.post_returned = False  # whether the function had returned when it last posted
         self.counted = False  # set loose and counted as out by its host (a trio run's count)
+        self.abandoned = False  # its caller stopped waiting for it (cancelled)
         self._real_sleep = True  # set loose in a sleep: the thread sleeps it out for real
         self._turn = threading.Semaphore(0)
         self._back = threading.Event()
@@ -92,6 +93,7 @@ class GatedWork:
             self.ident, self.native_id = threading.get_ident(), threading.get_native_id()
             with _lock:
                 _works[self.ident] = self
+                GATED_THREADS.add(self.ident)
             self._turn.acquire()
             try:
                 return func(*args, **kwargs)
@@ -187,9 +189,17 @@ class GatedWork:
         """The caller stopped waiting for the call (cancelled): set loose, it is no longer
         counted as out (the count ends with the wait, as the stock loop's does)."""
         with self._mutex:
+            self.abandoned = True
             if self.state is WorkState.LOOSE:
                 self.state = WorkState.DONE
                 self._forget()
+
+    def drop(self) -> None:
+        """An abandoned call whose thread never began (its executor dropped it, or anyio's worker
+        skipped a call cancelled first): done; a thread that begins after all passes its gate."""
+        with self._mutex:
+            self.state = WorkState.DONE
+        self._turn.release()
 
     @property
     def out(self) -> bool:

@@ -421,6 +421,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if self._kv_no_gates:
             self._kv_set_loose(work, began)
             return
+        if work.abandoned and work.ident is None:
+            work.drop()  # cancelled before its thread began: it may never begin
+            return
         why = work.run_window()
         if why is None:
             if work.state is WorkState.LOOSE:

@@ -20,6 +20,13 @@ included) are wrapped. On a controlled asyncio loop a call is counted by the loo
 (``thread_work``) until it is back; in a trio run it is counted per run (``trio_thread_work``);
 anywhere else the wrapper is the function itself. The wrappers are put in place when the first
 controlled run starts and taken out when the last one ends.
+
+Where the run decides when such a call runs (``kvstress.controlled._gated``: a controlled asyncio
+loop, at its scheduler's choice; a seeded trio run, after the step that hands it over), the
+wrapper gates the call instead of counting it: its function waits for its turn in the worker,
+and its capacity limiter tells the run when the call is handed over (``_Handing``). anyio's
+call on trio goes through trio's, which then passes it on as it is. ``TrioToken.run_sync_soon``
+is wrapped too, so that a gated thread handing a trio run its result ends its window.
 """
 
 from __future__ import annotations

@@ -125,6 +125,9 @@ class ThreadGates(trio.abc.Instrument):
                 self._run(work)
 
     def _run(self, work: GatedWork) -> None:
+        if work.abandoned and work.ident is None:
+            work.drop()  # cancelled before its thread began: it may never begin
+            return
         while True:
             why = work.run_window()
             if why is Why.POSTED:
