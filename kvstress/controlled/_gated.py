@@ -65,9 +65,10 @@ class GatedWork:
     ``_turn`` gets one release per window (and one when set loose); ``ident`` is set once the
     thread has begun."""
 
-    def __init__(self, loop: object, name: str) -> None:
+    def __init__(self, loop: object, name: str, clock: Callable[[], float] | None = None) -> None:
         self.loop = loop
         self.name = name
+        self.clock = clock  # the run's clock, as the thread reads it (``time_elsewhere``)
         self.lane: int | None = None  # given when the call is handed over
         self.state = WorkState.QUEUED
         self.submit: Callable[[], bool] | None = None  # hands the call to its executor (first window)
@@ -80,6 +81,7 @@ class GatedWork:
         self.counted = False  # set loose and counted as out by its host (a trio run's count)
         self.abandoned = False  # its caller stopped waiting for it (cancelled)
         self._real_sleep = True  # set loose in a sleep: the thread sleeps it out for real
+        self.window_began = 0.0  # real time the last window began (``perf_counter``)
         self._turn = threading.Semaphore(0)
         self._back = threading.Event()
         self._mutex = threading.Lock()  # the state's changes by the thread and by the loop
@@ -140,7 +142,7 @@ class GatedWork:
         self._back.clear()
         self.state = WorkState.RUNNING
         self._turn.release()
-        began = time.perf_counter()
+        began = self.window_began = time.perf_counter()
         parked = 0
         last_ran: int | None = None
         while not self._back.wait(WINDOW_POLL_S):

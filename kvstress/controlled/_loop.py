@@ -394,7 +394,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         thread, or as the loop closes."""
         if self._kv_no_gates or self.is_closed() or threading.get_ident() != self._kv_thread:
             return None
-        return GatedWork(self, name)
+        return GatedWork(self, name, self.time_elsewhere)
 
     def hand(self, work: GatedWork) -> None:
         """The call is handed to its thread: a lane of its own, ready now."""
@@ -427,7 +427,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         why = work.run_window()
         if why is None:
             if work.state is WorkState.LOOSE:
-                self._kv_set_loose(work, began)
+                self._kv_set_loose(work, work.window_began)
         elif why is Why.SLEEP:
             seconds = work.sleep_for
             self._kv_queue_window(work, later(self._kv_now, seconds) if seconds > 0 else None)

@@ -32,7 +32,7 @@ from typing import Any
 
 from kvstress.controlled import _coop, _coop_asyncio, _coop_compound, _coop_futures, _coop_io, _coop_queue
 from kvstress.controlled._baton import active_controller
-from kvstress.controlled._gated import gated_sleep
+from kvstress.controlled._gated import gated_sleep, work_of_this_thread
 from kvstress.controlled._loop import ControlledEventLoop, sole_running_loop
 from kvstress.controlled._reach import left_alone
 from kvstress.controlled._thread_work import trio_clock_elsewhere
@@ -127,6 +127,9 @@ def _virtual_now() -> float | None:
         if trio is not None:
             with contextlib.suppress(RuntimeError):
                 return float(trio.current_time())
+        work = work_of_this_thread()  # a gated call's thread reads the clock of the run it is in
+        if work is not None and work.clock is not None:
+            return work.clock()
         sole = sole_running_loop()
         return trio_clock_elsewhere() if sole is None else sole.time_elsewhere()
     return loop.time() if isinstance(loop, ControlledEventLoop) else None

@@ -131,7 +131,9 @@ def _posting(real: Callable[..., None]) -> Callable[..., None]:
     thread hands the run its result (``kvstress.controlled._gated``)."""
 
     @functools.wraps(real)
-    def run_sync_soon(self: object, sync_fn: Callable[..., object], *args: object, idempotent: bool = False) -> None:
+    def run_sync_soon(
+        self: object, sync_fn: Callable[..., object], *args: object, idempotent: bool = False
+    ) -> None:
         real(self, sync_fn, *args, idempotent=idempotent)
         from kvstress.controlled._gated import work_of_this_thread
 

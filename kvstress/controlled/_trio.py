@@ -27,6 +27,7 @@ import functools
 import math
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, TypeVarTuple
 
@@ -36,8 +37,8 @@ import trio.testing
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from kvstress.controlled._loop import CREEP_AFTER
 from kvstress.controlled._gated import GatedWork, Why
+from kvstress.controlled._loop import CREEP_AFTER
 from kvstress.controlled._thread_work import following_thread_work, trio_gates_open, trio_work_out
 from kvstress.schedulers._base import check_seed
 
@@ -97,6 +98,7 @@ class ThreadGates(trio.abc.Instrument):
 
     def __init__(self, clock: trio.abc.Clock) -> None:
         self.clock = clock if isinstance(clock, trio.testing.MockClock) else None
+        self._clock = clock
         self.token: object = None
         self._handed: list[GatedWork] = []
 
@@ -112,7 +114,12 @@ class ThreadGates(trio.abc.Instrument):
 
     def gated_work(self, name: str) -> GatedWork:
         """A call out to a thread, run after the step that hands it over (``hand``)."""
-        return GatedWork(self, name)
+        return GatedWork(self, name, self._now)
+
+    def _now(self) -> float:
+        """The run's clock, read from the call's thread while the run waits for it (or, set
+        loose, while the run goes on: a ``MockClock`` is read so from any thread)."""
+        return float(self._clock.current_time())
 
     def hand(self, work: GatedWork) -> None:
         """The call is handed to its thread in the step running now."""
@@ -139,7 +146,10 @@ class ThreadGates(trio.abc.Instrument):
                 continue
             work.loosen()  # a long sleep (real now), or it was set loose already
             work.counted = True
-            trio_work_out(self.token, +1)
+            trio_work_out(self.token, +1)  # the clock runs with real time from now...
+            if self.clock is not None:
+                # ...and from the window's start: the thread waited on the real clock meanwhile
+                self.clock.jump(max(0.0, time.perf_counter() - work.window_began))
             return
 
 
