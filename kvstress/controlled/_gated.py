@@ -124,7 +124,8 @@ class GatedWork:
             self.why, self.sleep_for = Why.SLEEP, seconds
             self._back.set()
         self._turn.acquire()
-        if self.state is WorkState.LOOSE and self._real_sleep:
+        now: WorkState = self.state  # another thread's doing since the check above
+        if now is WorkState.LOOSE and self._real_sleep:
             time.sleep(seconds)  # set loose in its sleep: the sleep is real again
         return True
 
