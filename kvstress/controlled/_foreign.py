@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
@@ -40,12 +41,14 @@ and is then runnable, or runs."""
 
 _TASKS = "/proc/self/task"
 
-GATED_THREADS: set[int] = set()
-"""The idents of threads that have run a call the run gates (``kvstress.controlled._gated``: an
+GATED_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+"""The threads that have run a call the run gates (``kvstress.controlled._gated``: an
 executor's or anyio's worker): never watched. Their gated work runs in windows the loop waits
 for, and between calls such a worker only goes back to its queue: watched, it was seen at work
 as it did, and an idle loop let virtual time follow real time for it (a run's timers then fired
-at other points from one run to the next, and dfs diverged)."""
+at other points from one run to the next, and dfs diverged). The threads themselves, not their
+idents: the OS gives a dead thread's ident to a new one (a pool's own reset thread, then not
+watched, was called a deadlock)."""
 
 _adopted: Callable[[], Iterable[threading.Thread]] = tuple
 """The threads, started before it, that a loop made now watches too (``adopting``)."""
@@ -113,7 +116,7 @@ class ThreadWatch:
                 if thread is not threading.current_thread():
                     self._threads.append(thread)
         if GATED_THREADS and self._threads:
-            self._threads = [thread for thread in self._threads if thread.ident not in GATED_THREADS]
+            self._threads = [thread for thread in self._threads if thread not in GATED_THREADS]
 
     def ignore(self, thread: threading.Thread) -> None:
         """Never watch ``thread`` (a controlled thread's own OS thread)."""
@@ -143,7 +146,7 @@ class ThreadWatch:
         last looked at."""
         suspects = []
         for thread in list(self._threads):
-            if thread.ident in GATED_THREADS:
+            if thread in GATED_THREADS:
                 self._threads.remove(thread)  # became a gated call's worker since the last look
                 continue
             seen = _sample(thread.native_id) if thread.native_id is not None else None

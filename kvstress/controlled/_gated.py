@@ -95,7 +95,7 @@ class GatedWork:
             self.ident, self.native_id = threading.get_ident(), threading.get_native_id()
             with _lock:
                 _works[self.ident] = self
-                GATED_THREADS.add(self.ident)
+                GATED_THREADS.add(threading.current_thread())
             self._turn.acquire()
             try:
                 return func(*args, **kwargs)
