@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -236,3 +237,34 @@ def test_a_lingering_thread_does_not_change_the_exit_status() -> None:
     assert done.returncode == 0, done.stderr
     assert "llama-2-7b" in done.stdout  # a pipe is block-buffered: this is the flush
     assert done.stderr == ""
+
+
+def test_each_command_is_listed_with_its_own_help() -> None:
+    """The top level names every command with the help its module gives it, without importing
+    the modules of commands that do not run (several import torch: ``kvstress --help`` and
+    ``kvstress report`` took seconds)."""
+    from kvstress.cli import _main
+
+    def helps(parser: argparse.ArgumentParser) -> dict[str, str | None]:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return {choice.dest: choice.help for choice in action._choices_actions}
+
+    assert helps(_main.build_parser(None)) == helps(_main.build_parser("*"))
+    assert list(helps(_main.build_parser(None))) == list(_main._COMMANDS)
+
+
+def test_the_help_and_a_report_load_no_other_command() -> None:
+    """``kvstress --help`` imports no command's module; ``kvstress report`` only its own (and no
+    torch), in a fresh interpreter."""
+    code = (
+        "import sys\n"
+        "from kvstress.cli._main import _COMMANDS, main\n"
+        "main(sys.argv[1:])\n"
+        "modules = {module for module, _ in _COMMANDS.values()} | {'torch'}\n"
+        "print(sorted(m for m in sys.modules if m in modules))\n"
+    )
+    for argv, loaded in ((["--help"], []), (["report", "--help"], ["kvstress.cli._report"])):
+        out = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+        assert out.strip().splitlines()[-1] == repr(loaded), out

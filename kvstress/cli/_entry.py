@@ -29,7 +29,12 @@ def entry() -> NoReturn:
     if ours:
         signal.signal(signal.SIGINT, on_sigint)
     try:
-        from kvstress.cli._main import entry as run
+        from kvstress.cli import _main
+
+        chosen = _main.chosen_command(sys.argv[1:])
+        if chosen is not None:
+            _main.command_module(chosen)  # its module loads here (torch, for most)
+        run = _main.entry
     except KeyboardInterrupt:
         interrupted.set()
     finally:

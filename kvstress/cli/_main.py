@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -17,9 +18,7 @@ from importlib import metadata
 from typing import NoReturn, Protocol
 
 import kvstress
-from kvstress.cli import _bench, _fuzz, _mutants, _plan, _replay, _report, _shadow
 from kvstress.cli._parser import Parser, ParserExit, UsageError
-from kvstress.harness._cpu import STALL_METER
 
 _PROG = "kvstress"
 
@@ -32,12 +31,31 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-_COMMANDS: tuple[Command, ...] = (_fuzz, _replay, _report, _mutants, _plan, _bench, _shadow)
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "fuzz": ("kvstress.cli._fuzz", "search a pool for violations; write a report for the first one"),
+    "replay": ("kvstress.cli._replay", "replay a failure report on its pool"),
+    "report": ("kvstress.cli._report", "print a failure report, or re-render its HTML page"),
+    "mutants": (
+        "kvstress.cli._mutants",
+        "measure kvstress on its planted-bug corpus: mutation score and time to detect",
+    ),
+    "plan": ("kvstress.cli._plan", "size a KV-cache block pool for a model and a load"),
+    "bench": ("kvstress.cli._bench", "measure what the pool buys"),
+    "shadow": (
+        "kvstress.cli._shadow",
+        "decode with a tiny model over a pool's blocks beside a reference; report drift",
+    ),
+}
+"""Each command: the module that defines and runs it, and its one-line help. Only the module of
+the command being run is imported (several import torch, 2-3 s): ``kvstress --help`` and
+``kvstress report`` took seconds while every command's module loaded."""
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(chosen_command(argv))
     try:
         args = parser.parse_args(argv)
         if args.command is None:
@@ -71,8 +89,9 @@ def entry() -> NoReturn:
     """
     status = main()
     # The stall meter's heartbeat only sleeps: the interpreter ends it safely.
+    meter = getattr(sys.modules.get("kvstress.harness._cpu"), "STALL_METER", None)
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
-    if any(t.is_alive() and t.name != STALL_METER for t in others):
+    if any(t.is_alive() and t.name != meter for t in others):
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):  # a closed pipe: no reader is left
@@ -81,8 +100,22 @@ def entry() -> NoReturn:
     sys.exit(status)
 
 
-def build_parser() -> Parser:
-    """The top-level parser with every subcommand registered."""
+def chosen_command(argv: list[str]) -> str | None:
+    """The command ``argv`` runs: its first word that is no option (the top level's options
+    take no value), if it names one."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return first if first in _COMMANDS else None
+
+
+def command_module(name: str) -> Command:
+    """The module of the command ``name``."""
+    module: Command = importlib.import_module(_COMMANDS[name][0])
+    return module
+
+
+def build_parser(command: str | None = "*") -> Parser:
+    """The top-level parser; each command's own parser is built by its module for ``command``
+    only (``"*"``, the default: every command), the others named with their help."""
     parser = Parser(
         prog=_PROG,
         description="Prove a KV-cache block pool correct under concurrency, and size one.",
@@ -90,8 +123,11 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action="version", version=f"{_PROG} {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    for command in _COMMANDS:
-        command.add_parser(subparsers)
+    for name, (_, summary) in _COMMANDS.items():
+        if command in (name, "*"):
+            command_module(name).add_parser(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary)
     return parser
 
 
