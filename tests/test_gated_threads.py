@@ -236,3 +236,27 @@ def test_threads_work_on_trio_replays_the_same_way() -> None:
     """Each call runs whole after the step that hands it over (its 1 ms sleep moves the clock):
     no update is lost on trio, in any run; the outcome is the seed's, not the machine's."""
     kvstress.explore(_trio_lost_update, schedules=20, strategy="random", seed=0, backend="trio")
+
+
+_never = threading.Event()
+
+
+def _waits_in_a_thread(seconds: float) -> Callable[[], Coroutine[Any, Any, None]]:
+    async def fn() -> None:
+        start = anyio.current_time()
+        assert not await anyio.to_thread.run_sync(_never.wait, seconds)
+        waited = anyio.current_time() - start
+        assert waited >= seconds, f"a {seconds} s wait in a thread moved the run's clock {waited:.6f} s"
+
+    return fn
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("seconds", [0.0005, 0.002])
+def test_a_short_real_wait_in_a_thread_takes_its_time_on_the_run_s_clock(
+    backend: str, seconds: float
+) -> None:
+    """A real timed wait in a thread, over before the thread would be set loose, moves the run's
+    clock as long (a pool's 0.5 ms wait in a worker answered None after 0 s of virtual time: a
+    false timeout-early, a blind user's correct pool)."""
+    kvstress.explore(_waits_in_a_thread(seconds), schedules=10, strategy="random", seed=0, backend=backend)

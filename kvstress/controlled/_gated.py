@@ -39,6 +39,12 @@ from kvstress.controlled._foreign import GATED_THREADS, PARKED_STATES, _sample
 WINDOW_POLL_S = 0.001
 """Real seconds between two looks at a window's thread: parked (no CPU time since the look
 before, and asleep in the kernel) twice in a row, it is set loose."""
+SLEPT_CREDIT_MIN_S = 1e-4
+"""Real seconds a thread must have slept in a window (waited on a lock, a condition, a real
+timer: not on a CPU nor for one) before the run's clock is moved on by them: a real timed wait
+in the thread takes its time on the run's clock too (a pool's 0.5 ms wait in a worker answered
+None after 0 s of virtual time: a false timeout-early). Below it, the waits are the interpreter
+lock's and the machine's noise, which would make virtual time differ from run to run."""
 WINDOW_BOUND_S = 1.0
 """Real seconds a window may last before its thread is set loose (one that never starts: its
 executor is full of other work; one that computes or spins that long)."""
@@ -82,6 +88,8 @@ class GatedWork:
         self.abandoned = False  # its caller stopped waiting for it (cancelled)
         self._real_sleep = True  # set loose in a sleep: the thread sleeps it out for real
         self.window_began = 0.0  # real time the last window began (``perf_counter``)
+        self.slept = 0.0  # real seconds the thread slept in its last window (``_Segment``)
+        self._segment: _Segment | None = None
         self._turn = threading.Semaphore(0)
         self._back = threading.Event()
         self._mutex = threading.Lock()  # the state's changes by the thread and by the loop
@@ -97,6 +105,7 @@ class GatedWork:
                 _works[self.ident] = self
                 GATED_THREADS.add(threading.current_thread())
             self._turn.acquire()
+            self._segment = _Segment()
             try:
                 return func(*args, **kwargs)
             finally:
@@ -110,6 +119,7 @@ class GatedWork:
         with self._mutex:
             if self.state is WorkState.RUNNING:
                 self.why, self.post_returned = Why.POSTED, self.returned
+                self._end_segment()
                 self._back.set()
             elif self.state is WorkState.LOOSE and self.returned:
                 self.state = WorkState.DONE
@@ -122,12 +132,19 @@ class GatedWork:
             if self.state is not WorkState.RUNNING:
                 return False
             self.why, self.sleep_for = Why.SLEEP, seconds
+            self._end_segment()
             self._back.set()
         self._turn.acquire()
+        self._segment = _Segment()
         now: WorkState = self.state  # another thread's doing since the check above
         if now is WorkState.LOOSE and self._real_sleep:
             time.sleep(seconds)  # set loose in its sleep: the sleep is real again
         return True
+
+    def _end_segment(self) -> None:
+        """In the thread, at a scheduling point: how long it slept since its turn began."""
+        segment, self._segment = self._segment, None
+        self.slept = segment.slept() if segment is not None else 0.0
 
     def _forget(self) -> None:
         with _lock:
@@ -139,7 +156,7 @@ class GatedWork:
     def run_window(self) -> Why | None:
         """Let the thread run to its next scheduling point and wait for it (see the module
         docstring); None when it was set loose instead (``loosen`` is then the caller's)."""
-        self.why = None
+        self.why, self.slept = None, 0.0
         self._back.clear()
         self.state = WorkState.RUNNING
         self._turn.release()
@@ -208,6 +225,32 @@ class GatedWork:
     def out(self) -> bool:
         """Set loose and not back yet."""
         return self.state is WorkState.LOOSE
+
+
+class _Segment:
+    """A thread's run from its turn to its next scheduling point, read in the thread itself:
+    real time, its CPU time (``thread_time``: exact, where ``/proc``'s own count lags a running
+    thread by up to a tick) and its time waiting for a CPU (``/proc``, Linux; 0 elsewhere).
+    What is left is the time it slept."""
+
+    __slots__ = ("cpu", "queued", "wall")
+
+    def __init__(self) -> None:
+        self.wall, self.cpu, self.queued = time.perf_counter(), time.thread_time(), _queued()
+
+    def slept(self) -> float:
+        wall, cpu, queued = time.perf_counter(), time.thread_time(), _queued()
+        return max(0.0, (wall - self.wall) - (cpu - self.cpu) - (queued - self.queued))
+
+
+def _queued() -> float:
+    """Seconds the calling thread has waited for a CPU so far (``/proc/thread-self/schedstat``'s
+    second field); 0.0 where it cannot be read."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 _lock = threading.Lock()

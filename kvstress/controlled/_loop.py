@@ -52,7 +52,14 @@ from kvstress.controlled._errors import (
     TimeLimitExceeded,
 )
 from kvstress.controlled._foreign import ThreadWatch
-from kvstress.controlled._gated import GatedWork, Why, WorkState, call_name, work_of_this_thread
+from kvstress.controlled._gated import (
+    SLEPT_CREDIT_MIN_S,
+    GatedWork,
+    Why,
+    WorkState,
+    call_name,
+    work_of_this_thread,
+)
 from kvstress.controlled._thread_work import following_thread_work
 from kvstress.schedulers import ALL_TIMERS, Scheduler
 from kvstress.schedulers._schedule import TIMER_LANE
@@ -425,6 +432,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             work.drop()  # cancelled before its thread began: it may never begin
             return
         why = work.run_window()
+        if why is not None and work.slept >= SLEPT_CREDIT_MIN_S:
+            # The thread waited on the real clock in its window (a real timed wait): as long
+            # on the loop's, credited to what was in flight as real time's jitter.
+            self._kv_now += work.slept
+            self.kv_excused += work.slept
+            self._kv_budget = self.max_steps
         if why is None:
             if work.state is WorkState.LOOSE:
                 self._kv_set_loose(work, work.window_began)

@@ -183,6 +183,14 @@ def trio_gates_open(token: object, gates: object | None) -> None:
             _trio_gates[token] = gates
 
 
+def trio_credit(token: object, seconds: float) -> None:
+    """Credit the trio run ``token`` with ``seconds`` its clock moved on for real time (a gated
+    call's real wait), as it is credited the time it runs with real time (``trio_real_seconds``)."""
+    if token not in _trio_real:
+        _trio_real.clear()  # a new run: the runs before it are over
+    _trio_real.setdefault(token, [0.0, None])[0] += seconds
+
+
 def trio_work_out(token: object, change: int) -> None:
     """Count a call out in a thread (+1) or back (-1) for the trio run ``token`` (its thread)."""
     _trio_out(token, change)

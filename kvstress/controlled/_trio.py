@@ -37,9 +37,14 @@ import trio.testing
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from kvstress.controlled._gated import GatedWork, Why
+from kvstress.controlled._gated import SLEPT_CREDIT_MIN_S, GatedWork, Why
 from kvstress.controlled._loop import CREEP_AFTER
-from kvstress.controlled._thread_work import following_thread_work, trio_gates_open, trio_work_out
+from kvstress.controlled._thread_work import (
+    following_thread_work,
+    trio_credit,
+    trio_gates_open,
+    trio_work_out,
+)
 from kvstress.schedulers._base import check_seed
 
 T = TypeVar("T")
@@ -137,6 +142,10 @@ class ThreadGates(trio.abc.Instrument):
             return
         while True:
             why = work.run_window()
+            if why is not None and work.slept >= SLEPT_CREDIT_MIN_S and self.clock is not None:
+                # A real timed wait in the thread: as long on the run's clock (and credited).
+                trio_credit(self.token, work.slept)
+                self.clock.jump(work.slept)
             if why is Why.POSTED:
                 return  # its result is on its way to the run
             seconds = work.sleep_for
