@@ -260,3 +260,20 @@ def test_a_short_real_wait_in_a_thread_takes_its_time_on_the_run_s_clock(
     clock as long (a pool's 0.5 ms wait in a worker answered None after 0 s of virtual time: a
     false timeout-early, a blind user's correct pool)."""
     kvstress.explore(_waits_in_a_thread(seconds), schedules=10, strategy="random", seed=0, backend=backend)
+
+
+async def _one_worker_three_sleepers() -> None:
+    loop = asyncio.get_running_loop()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+        start = loop.time()
+        await asyncio.gather(*(loop.run_in_executor(executor, time.sleep, 0.01) for _ in range(3)))
+        took = loop.time() - start
+    assert took == pytest.approx(0.03, abs=1e-9), took
+
+
+def test_calls_waiting_for_a_worker_held_by_a_sleeping_call_still_run_in_turn() -> None:
+    """An executor's only worker is held by a call asleep in its window: the next call cannot
+    begin, and waits (not ready) until the first is done, its thread at its gate; every sleep
+    stays on the run's clock (each such call was set loose after a second of real time, its
+    sleep then real)."""
+    kvstress.explore(_one_worker_three_sleepers, schedules=5, strategy="random", seed=0)

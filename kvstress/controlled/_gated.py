@@ -36,15 +36,23 @@ from typing import Any
 
 from kvstress.controlled._foreign import GATED_THREADS, PARKED_STATES, _sample
 
-WINDOW_POLL_S = 0.001
+WINDOW_POLL_S = 0.002
 """Real seconds between two looks at a window's thread: parked (no CPU time since the look
 before, and asleep in the kernel) twice in a row, it is set loose."""
-SLEPT_CREDIT_MIN_S = 1e-4
+SLEPT_CREDIT_MIN_S = 3e-4
 """Real seconds a thread must have slept in a window (waited on a lock, a condition, a real
-timer: not on a CPU nor for one) before the run's clock is moved on by them: a real timed wait
-in the thread takes its time on the run's clock too (a pool's 0.5 ms wait in a worker answered
-None after 0 s of virtual time: a false timeout-early). Below it, the waits are the interpreter
-lock's and the machine's noise, which would make virtual time differ from run to run."""
+timer: not on a CPU nor for one) before the run's clock is moved on by the window's real time:
+a real timed wait in the thread takes its time on the run's clock too (a pool's 0.5 ms wait in
+a worker answered None after 0 s of virtual time: a false timeout-early). Below it are the
+interpreter lock's hand-overs (0.1 ms seen under load), which would make virtual time differ
+from run to run. The harness's own timeouts are 0 or at least 0.5 ms."""
+ARRIVAL_S = 0.05
+"""Real seconds a window waits for its call's thread to begin before it gives the turn back
+(``Why.STALLED``): an executor whose workers are all held by calls asleep in their windows
+starts the next call only when one of them is done. The call waits, not ready, until another
+call is done (or, with nothing else to run, until its thread begins); its thread waits at its
+gate meanwhile, so it still runs at the schedule's choice (each such call cost a second of
+real time, set loose at ``WINDOW_BOUND_S``, a blind user's)."""
 WINDOW_BOUND_S = 1.0
 """Real seconds a window may last before its thread is set loose (one that never starts: its
 executor is full of other work; one that computes or spins that long)."""
@@ -62,6 +70,7 @@ class Why(enum.Enum):
 
     POSTED = "posted"
     SLEEP = "sleep"
+    STALLED = "stalled"  # its thread did not begin: no free worker
 
 
 class GatedWork:
@@ -89,8 +98,11 @@ class GatedWork:
         self._real_sleep = True  # set loose in a sleep: the thread sleeps it out for real
         self.window_began = 0.0  # real time the last window began (``perf_counter``)
         self.slept = 0.0  # real seconds the thread slept in its last window (``_Segment``)
+        self.ran_for = 0.0  # real seconds from its turn to its scheduling point, that window
         self._segment: _Segment | None = None
         self._turn = threading.Semaphore(0)
+        self.arrived = threading.Event()  # the thread has begun the call (waits for its turn)
+        self.on_arrival: Callable[[], None] | None = None
         self._back = threading.Event()
         self._mutex = threading.Lock()  # the state's changes by the thread and by the loop
 
@@ -104,6 +116,9 @@ class GatedWork:
             with _lock:
                 _works[self.ident] = self
                 GATED_THREADS.add(threading.current_thread())
+            self.arrived.set()
+            if self.on_arrival is not None:
+                self.on_arrival()
             self._turn.acquire()
             self._segment = _Segment()
             try:
@@ -144,7 +159,7 @@ class GatedWork:
     def _end_segment(self) -> None:
         """In the thread, at a scheduling point: how long it slept since its turn began."""
         segment, self._segment = self._segment, None
-        self.slept = segment.slept() if segment is not None else 0.0
+        self.ran_for, self.slept = segment.end() if segment is not None else (0.0, 0.0)
 
     def _forget(self) -> None:
         with _lock:
@@ -156,7 +171,9 @@ class GatedWork:
     def run_window(self) -> Why | None:
         """Let the thread run to its next scheduling point and wait for it (see the module
         docstring); None when it was set loose instead (``loosen`` is then the caller's)."""
-        self.why, self.slept = None, 0.0
+        self.why, self.slept, self.ran_for = None, 0.0, 0.0
+        if not self.arrived.wait(ARRIVAL_S):
+            return Why.STALLED  # the turn is kept: its thread waits at its gate when it begins
         self._back.clear()
         self.state = WorkState.RUNNING
         self._turn.release()
@@ -238,9 +255,10 @@ class _Segment:
     def __init__(self) -> None:
         self.wall, self.cpu, self.queued = time.perf_counter(), time.thread_time(), _queued()
 
-    def slept(self) -> float:
-        wall, cpu, queued = time.perf_counter(), time.thread_time(), _queued()
-        return max(0.0, (wall - self.wall) - (cpu - self.cpu) - (queued - self.queued))
+    def end(self) -> tuple[float, float]:
+        """(real seconds since it began, of which slept)."""
+        wall, cpu, queued = time.perf_counter() - self.wall, time.thread_time() - self.cpu, _queued()
+        return wall, max(0.0, wall - cpu - (queued - self.queued))
 
 
 def _queued() -> float:

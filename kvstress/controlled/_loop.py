@@ -218,6 +218,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_work_lanes: dict[int, str] = {}  # lane -> what the thread runs
         self._kv_gated: list[GatedWork] = []
         self._kv_loose: list[GatedWork] = []
+        self._kv_stalled: collections.deque[GatedWork] = collections.deque()  # no worker yet
         self._kv_no_gates = False  # closing: calls out to threads run as they come
         self._kv_thread: int | None = None  # the thread running the loop
         self.kv_gated_submit = False
@@ -401,7 +402,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         thread, or as the loop closes."""
         if self._kv_no_gates or self.is_closed() or threading.get_ident() != self._kv_thread:
             return None
-        return GatedWork(self, name, self.time_elsewhere)
+        work = GatedWork(self, name, self.time_elsewhere)
+        work.on_arrival = self._kv_woken.set
+        return work
 
     def hand(self, work: GatedWork) -> None:
         """The call is handed to its thread: a lane of its own, ready now."""
@@ -433,14 +436,19 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             return
         why = work.run_window()
         if why is not None and work.slept >= SLEPT_CREDIT_MIN_S:
-            # The thread waited on the real clock in its window (a real timed wait): as long
-            # on the loop's, credited to what was in flight as real time's jitter.
-            self._kv_now += work.slept
-            self.kv_excused += work.slept
+            # The thread waited on the real clock in its window (a real timed wait): its real
+            # time, wake-up included, on the loop's clock too, credited as real time's jitter.
+            self._kv_now += work.ran_for
+            self.kv_excused += work.ran_for
             self._kv_budget = self.max_steps
-        if why is None:
+        if why is Why.STALLED:
+            self._kv_stalled.append(work)
+        elif why is None:
             if work.state is WorkState.LOOSE:
                 self._kv_set_loose(work, work.window_began)
+        elif why is Why.POSTED and self._kv_stalled:
+            # Done: its worker is free for the call that has waited longest for one.
+            self._kv_queue_window(self._kv_stalled.popleft(), None)
         elif why is Why.SLEEP:
             seconds = work.sleep_for
             self._kv_queue_window(work, later(self._kv_now, seconds) if seconds > 0 else None)
@@ -452,6 +460,14 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self.thread_work_begins()
         assert self._kv_real is not None
         self._kv_real = min(self._kv_real, since)
+
+    def _kv_requeue_arrived(self) -> bool:
+        """Nothing else to run: the calls whose thread has begun since they stalled are ready."""
+        arrived = [work for work in self._kv_stalled if work.arrived.is_set()]
+        for work in arrived:
+            self._kv_stalled.remove(work)
+            self._kv_queue_window(work, None)
+        return bool(arrived)
 
     def _kv_loose_out(self) -> bool:
         """Whether work set loose is still out (done work is dropped from the count)."""
@@ -831,13 +847,18 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         """Nothing is ready: wait for calls out in threads, let the stock loop poll I/O once,
         then jump to the next timer, else it is a deadlock. False when the poll comes first."""
         self._kv_woken.clear()  # before the counts are read: a call back after it sets it again
-        threads = self._kv_threads or self._kv_loose_out()
+        if self._kv_stalled and self._kv_requeue_arrived():
+            return True
+        threads = self._kv_threads or self._kv_loose_out() or len(self._kv_stalled)
         if threads or self._kv_submissions_pending():
             waited = self._wait_for_threads(THREAD_WAIT_S if threads else SUBMITTED_WAIT_S)
             if waited is None:
                 return True  # something came back: run it
             if not waited and threads:
-                now, out = round(self._kv_now, 9), self._kv_threads + len(self._kv_loose)
+                now, out = (
+                    round(self._kv_now, 9),
+                    self._kv_threads + len(self._kv_loose) + len(self._kv_stalled),
+                )
                 raise Deadlock(
                     f"at virtual time {now:g} nothing is ready, and {out} call(s) "
                     f"run in a thread (run_in_executor, to_thread, anyio's) did not come back within "

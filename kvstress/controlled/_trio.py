@@ -144,10 +144,12 @@ class ThreadGates(trio.abc.Instrument):
             why = work.run_window()
             if why is not None and work.slept >= SLEPT_CREDIT_MIN_S and self.clock is not None:
                 # A real timed wait in the thread: as long on the run's clock (and credited).
-                trio_credit(self.token, work.slept)
-                self.clock.jump(work.slept)
+                trio_credit(self.token, work.ran_for)
+                self.clock.jump(work.ran_for)
             if why is Why.POSTED:
                 return  # its result is on its way to the run
+            if why is Why.STALLED:  # trio starts a thread for each call: not seen; run it loose
+                why = None
             seconds = work.sleep_for
             if why is Why.SLEEP and self.clock is not None and seconds <= SLEEP_IN_STEP_S:
                 if seconds > 0:
