@@ -277,3 +277,19 @@ def test_calls_waiting_for_a_worker_held_by_a_sleeping_call_still_run_in_turn() 
     stays on the run's clock (each such call was set loose after a second of real time, its
     sleep then real)."""
     kvstress.explore(_one_worker_three_sleepers, schedules=5, strategy="random", seed=0)
+
+
+async def _executor_closed_while_calls_wait() -> None:
+    loop = asyncio.get_running_loop()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as executor:
+        calls = [loop.run_in_executor(executor, time.sleep, 0.01) for _ in range(2)]
+        await asyncio.sleep(0)  # the calls may have begun, and be asleep in their windows
+        # The ``with`` block ends on the loop's thread: shutdown(wait=True) joins the workers.
+    await asyncio.gather(*calls)
+
+
+def test_a_loop_blocked_joining_the_workers_of_waiting_calls_does_not_hang() -> None:
+    """The loop's thread blocks in the code's own call (an executor's shutdown as its ``with``
+    block ends) while calls of that executor wait for their turn: they let themselves loose
+    after a second, and the run ends (it hung: the loop could not give them their turn)."""
+    kvstress.explore(_executor_closed_while_calls_wait, schedules=3, strategy="random", seed=0)

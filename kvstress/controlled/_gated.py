@@ -54,6 +54,12 @@ call is done (or, with nothing else to run, until its thread begins); its thread
 gate meanwhile, so it still runs at the schedule's choice (each such call cost a second of
 real time, set loose at ``WINDOW_BOUND_S``, a blind user's)."""
 WINDOW_BOUND_S = 1.0
+STUCK_S = 1.0
+"""Real seconds a thread waits at its gate while the loop's thread stays inside one callback of
+the code's own (blocked there: ``executor.shutdown(wait=True)`` as a ``with`` block ends, a
+``join``) before it lets itself loose: the loop cannot give it its turn, and what blocks the
+loop may be waiting for this very thread."""
+GATE_LOOK_S = 0.1  # real seconds between two looks at the loop, from a thread at its gate
 """Real seconds a window may last before its thread is set loose (one that never starts: its
 executor is full of other work; one that computes or spins that long)."""
 
@@ -86,7 +92,6 @@ class GatedWork:
         self.clock = clock  # the run's clock, as the thread reads it (``time_elsewhere``)
         self.lane: int | None = None  # given when the call is handed over
         self.state = WorkState.QUEUED
-        self.submit: Callable[[], bool] | None = None  # hands the call to its executor (first window)
         self.ident: int | None = None
         self.native_id: int | None = None
         self.returned = False  # the function has returned (or raised)
@@ -102,6 +107,9 @@ class GatedWork:
         self._segment: _Segment | None = None
         self._turn = threading.Semaphore(0)
         self.arrived = threading.Event()  # the thread has begun the call (waits for its turn)
+        # Where the loop's thread is: a mark that stays the same while it is stuck in one
+        # callback of the code's own, None while it is not in one (``_wait_turn``).
+        self.loop_mark: Callable[[], object] | None = None
         self.on_arrival: Callable[[], None] | None = None
         self._back = threading.Event()
         self._mutex = threading.Lock()  # the state's changes by the thread and by the loop
@@ -119,7 +127,7 @@ class GatedWork:
             self.arrived.set()
             if self.on_arrival is not None:
                 self.on_arrival()
-            self._turn.acquire()
+            self._wait_turn()
             self._segment = _Segment()
             try:
                 return func(*args, **kwargs)
@@ -149,12 +157,30 @@ class GatedWork:
             self.why, self.sleep_for = Why.SLEEP, seconds
             self._end_segment()
             self._back.set()
-        self._turn.acquire()
+        self._wait_turn()
         self._segment = _Segment()
         now: WorkState = self.state  # another thread's doing since the check above
         if now is WorkState.LOOSE and self._real_sleep:
             time.sleep(seconds)  # set loose in its sleep: the sleep is real again
         return True
+
+    def _wait_turn(self) -> None:
+        """Wait for the loop to give this call its turn, or let it loose (``STUCK_S``)."""
+        mark_of = self.loop_mark
+        if mark_of is None:
+            self._turn.acquire()
+            return
+        seen: object = None
+        since = time.perf_counter()
+        while not self._turn.acquire(timeout=GATE_LOOK_S):
+            mark, now = mark_of(), time.perf_counter()
+            if mark is None or mark != seen:
+                seen, since = mark, now
+            elif now - since >= STUCK_S:
+                with self._mutex:
+                    if self.state is WorkState.QUEUED:  # no turn given meanwhile
+                        self.state, self._real_sleep = WorkState.LOOSE, True
+                        return
 
     def _end_segment(self) -> None:
         """In the thread, at a scheduling point: how long it slept since its turn began."""
@@ -172,10 +198,14 @@ class GatedWork:
         """Let the thread run to its next scheduling point and wait for it (see the module
         docstring); None when it was set loose instead (``loosen`` is then the caller's)."""
         self.why, self.slept, self.ran_for = None, 0.0, 0.0
+        self.window_began = 0.0  # none yet: a call that let itself loose is credited from now
         if not self.arrived.wait(ARRIVAL_S):
             return Why.STALLED  # the turn is kept: its thread waits at its gate when it begins
         self._back.clear()
-        self.state = WorkState.RUNNING
+        with self._mutex:
+            if self.state is not WorkState.QUEUED:
+                return None  # it let itself loose (or is done since): ``_wait_turn``
+            self.state = WorkState.RUNNING
         self._turn.release()
         began = self.window_began = time.perf_counter()
         parked = 0

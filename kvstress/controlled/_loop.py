@@ -31,7 +31,6 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
-import functools
 import heapq
 import inspect
 import itertools
@@ -373,28 +372,16 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self._kv_threads += 1
             future.add_done_callback(self._kv_thread_back)
             return future
-        outer: asyncio.Future[T] = self.create_future()
-        stock = super().run_in_executor
-
-        def submit() -> bool:
-            if outer.done():  # cancelled before its turn: never runs
-                return False
-            self.kv_gated_submit = True
-            try:
-                inner = stock(executor, work.wrap(func), *args)  # type: ignore[arg-type]
-            except Exception as error:  # the executor refused it (shut down)
-                outer.set_exception(error)
-                return False
-            finally:
-                self.kv_gated_submit = False
-            inner.add_done_callback(functools.partial(_settle, outer))
-            outer.add_done_callback(functools.partial(_cancel_with, inner))
-            return True
-
-        work.submit = submit
-        outer.add_done_callback(lambda _: work.abandon())
+        # Submitted now, as the stock loop does (an executor shut down before the call's turn
+        # came must not refuse it): its thread waits at its gate for the turn.
+        self.kv_gated_submit = True
+        try:
+            future = super().run_in_executor(executor, work.wrap(func), *args)  # type: ignore[arg-type]
+        finally:
+            self.kv_gated_submit = False
+        future.add_done_callback(lambda _: work.abandon())
         self.hand(work)
-        return outer
+        return future
 
     def gated_work(self, name: str = "call") -> GatedWork | None:
         """A call out to a thread, to run at the scheduler's choice once ``hand`` is called (see
@@ -404,7 +391,16 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             return None
         work = GatedWork(self, name, self.time_elsewhere)
         work.on_arrival = self._kv_woken.set
+        work.loop_mark = self._kv_mark
         return work
+
+    def _kv_mark(self) -> object:
+        """For a thread at its gate: the step the loop is in while it runs a callback of the
+        code's own (not a call's window), else None (``GatedWork._wait_turn``)."""
+        running = self._kv_running
+        if running is None or running == self._kv_window:
+            return None
+        return self.steps
 
     def hand(self, work: GatedWork) -> None:
         """The call is handed to its thread: a lane of its own, ready now."""
@@ -423,17 +419,14 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     def _kv_window(self, work: GatedWork) -> None:
         """The scheduler picked a call out to a thread: run it to its next scheduling point."""
         began = time.perf_counter()
-        if work.submit is not None:
-            submit, work.submit = work.submit, None
-            if self._kv_no_gates or not submit():
-                work.state = WorkState.DONE
-                return
         if self._kv_no_gates:
             self._kv_set_loose(work, began)
             return
         if work.abandoned and work.ident is None:
             work.drop()  # cancelled before its thread began: it may never begin
             return
+        if work.state is WorkState.DONE:
+            return  # it let itself loose while the loop was stuck, and is back
         why = work.run_window()
         if why is not None and work.slept >= SLEPT_CREDIT_MIN_S:
             # The thread waited on the real clock in its window (a real timed wait): its real
@@ -459,7 +452,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_loose.append(work)
         self.thread_work_begins()
         assert self._kv_real is not None
-        self._kv_real = min(self._kv_real, since)
+        if since > 0:  # a window's start (none: it let itself loose before its window)
+            self._kv_real = min(self._kv_real, since)
 
     def _kv_requeue_arrived(self) -> bool:
         """Nothing else to run: the calls whose thread has begun since they stalled are ready."""
@@ -468,6 +462,19 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             self._kv_stalled.remove(work)
             self._kv_queue_window(work, None)
         return bool(arrived)
+
+    def _wait_for_arrival(self) -> bool:
+        """Nothing to run and no timer: wait up to ``THREAD_WAIT_S`` of real time for a stalled
+        call's thread to begin (a worker freed by work outside the schedule). True: one did, or
+        something came back."""
+        began = time.perf_counter()
+        while time.perf_counter() - began < THREAD_WAIT_S:
+            if self._kv_requeue_arrived():
+                return True
+            if self._kv_woken.wait(FOREIGN_POLL_S) and self._kv_inbox:
+                return True
+            self._kv_woken.clear()
+        return False
 
     def _kv_loose_out(self) -> bool:
         """Whether work set loose is still out (done work is dropped from the count)."""
@@ -580,11 +587,10 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
     def _kv_free_gates(self) -> None:
         """Let every call out to a thread still waiting for its turn run as it comes: the loop is
         closing, and a thread left at its gate would wait for ever (a worker of anyio's or of an
-        executor, which the interpreter joins at exit). One never handed to its executor is
-        dropped."""
+        executor, which the interpreter joins at exit)."""
         self._kv_no_gates = True
         for work in self._kv_gated:
-            if work.state is WorkState.QUEUED and work.submit is None:
+            if work.state is WorkState.QUEUED:
                 work.loosen(real_sleep=False)  # the run is over: a sleep it is in ends now
         self._kv_gated.clear()
 
@@ -849,7 +855,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_woken.clear()  # before the counts are read: a call back after it sets it again
         if self._kv_stalled and self._kv_requeue_arrived():
             return True
-        threads = self._kv_threads or self._kv_loose_out() or len(self._kv_stalled)
+        threads = self._kv_threads or self._kv_loose_out()
         if threads or self._kv_submissions_pending():
             waited = self._wait_for_threads(THREAD_WAIT_S if threads else SUBMITTED_WAIT_S)
             if waited is None:
@@ -857,7 +863,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if not waited and threads:
                 now, out = (
                     round(self._kv_now, 9),
-                    self._kv_threads + len(self._kv_loose) + len(self._kv_stalled),
+                    self._kv_threads + len(self._kv_loose),
                 )
                 raise Deadlock(
                     f"at virtual time {now:g} nothing is ready, and {out} call(s) "
@@ -873,6 +879,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             if waited is None:
                 return True  # something came back: run it
         when = self._next_timer()
+        if when is None and self._kv_stalled and self._wait_for_arrival():
+            return True
         if when is None:
             if not self._kv_polled:
                 self._kv_polled = True  # finished I/O or a thread's call may still come in
@@ -1099,23 +1107,6 @@ def _library_file(filename: str) -> bool:
         if where and filename.startswith(os.path.dirname(where) + os.sep):
             return True
     return False
-
-
-def _settle(outer: asyncio.Future[Any], inner: asyncio.Future[Any]) -> None:
-    """Give ``outer`` (what a gated ``run_in_executor`` returned) the executor's outcome."""
-    if outer.done():
-        return
-    if inner.cancelled():
-        outer.cancel()
-    elif inner.exception() is not None:
-        outer.set_exception(inner.exception())  # type: ignore[arg-type]
-    else:
-        outer.set_result(inner.result())
-
-
-def _cancel_with(inner: asyncio.Future[Any], outer: asyncio.Future[Any]) -> None:
-    if outer.cancelled():
-        inner.cancel()
 
 
 def _is_task_step(callback: Callable[..., object]) -> bool:
