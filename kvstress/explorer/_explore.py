@@ -147,7 +147,7 @@ def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay
             details, message = violation.details(), str(violation)
             rest = details.removeprefix(message) if details.startswith(message) else details
             violation.add_note(rest.lstrip("\n"))
-    if _stopped_by_timeout(failure):
+    if stopped_by_timeout(failure):
         # Not the schedule's failure: a wall-clock alarm cut it, and its replay diverges there.
         failure.add_note(
             f"kvstress: pytest-timeout's limit stopped the exploration in schedule {outcome.runs} "
@@ -159,7 +159,7 @@ def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay
     raise failure
 
 
-def _stopped_by_timeout(failure: BaseException) -> bool:
+def stopped_by_timeout(failure: BaseException) -> bool:
     """Whether ``failure`` is pytest-timeout's (its alarm fails the test where it lands)."""
     return type(failure).__name__ == "Failed" and "from pytest-timeout" in str(failure)
 
