@@ -390,6 +390,7 @@ def test_a_marked_unittest_method_fails_at_setup_saying_why(pytester: pytest.Pyt
 
 
 ANYIO_TRIO_FIXTURE = """
+import anyio
 import pytest
 import kvstress
 
@@ -409,6 +410,18 @@ async def pool():
 async def test_explored(pool):
     block = await pool.acquire()
     await pool.release(block)
+
+
+@pytest.mark.kvstress_explore(schedules=30, strategy="dfs", seed=1)
+@pytest.mark.anyio
+async def test_dfs(pool):
+    async def use():
+        block = await pool.acquire()
+        await pool.release(block)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(use)
+        tasks.start_soon(use)
 """
 
 
@@ -420,8 +433,11 @@ def test_an_async_fixture_under_anyios_trio_runner(pytester: pytest.Pytester) ->
     pytester.makeini(INI)
     pytester.makepyfile(test_trio_fixture=ANYIO_TRIO_FIXTURE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     assert "test_explored: explored 5 schedules" in result.stdout.str()
+    # The backend comes from a fixture, known only once it is set up: dfs, made for asyncio
+    # before then, ran one schedule on trio and called that all of them (a blind user's).
+    assert "test_dfs: explored 30 schedules (strategy 'dfs', seed 1)" in result.stdout.str()
 
 
 READERS = """

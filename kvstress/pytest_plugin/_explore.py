@@ -315,6 +315,7 @@ class ExploredTests:
         if run is None:
             pyfuncitem.obj = self._explorer(pyfuncitem, self._run(pyfuncitem, marker), test, backend)
         else:
+            run.on_backend(backend)
             pyfuncitem.obj = self._one_schedule(pyfuncitem, run, test, backend)
         try:
             return (yield)
@@ -380,7 +381,9 @@ class ExploredTests:
         if self._replay is not None:
             return Run(replay_scheduler(self._replay, "--kvstress-replay"), 1, "replay", seed, modules)
         backend = _anyio_backend(item) or "asyncio"
-        return Run(make_scheduler(strategy, seed, backend), schedules, strategy, seed, modules)
+        return Run(
+            make_scheduler(strategy, seed, backend), schedules, strategy, seed, modules, backend=backend
+        )
 
     def _one_schedule(
         self, item: pytest.Function, run: Run, test: Callable[..., Any], backend: str

@@ -64,6 +64,20 @@ class Run:
     # Threads the copy's function-scoped fixtures started (None: another plugin ran the setup):
     # the call refuses to explore beside one still running (``_explore._refuse_fixture_threads``).
     setup_threads: set[threading.Thread] | None = None
+    backend: str = "asyncio"  # the backend ``scheduler`` was made for
+
+    def on_backend(self, backend: str) -> None:
+        """Make the scheduler for ``backend`` if it was made for another before a schedule ran.
+
+        The protocol makes the run before the fixtures are set up, and a test's backend may be
+        known only from them (an ``anyio_backend`` fixture returning "trio"): ``dfs`` made for
+        asyncio ran one schedule on trio and called that all of them (a blind user's).
+        """
+        if backend == self.backend or self.scheduler is None or self.name == "replay" or self.runs:
+            return
+        from kvstress.explorer._strategies import make_scheduler
+
+        self.scheduler, self.backend = make_scheduler(self.name, self.seed, backend), backend
 
 
 def run_schedules(item: pytest.Function, nextitem: pytest.Item | None, run: Run) -> None:
