@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import re
 import threading
 import time
@@ -116,6 +117,81 @@ def test_a_thread_that_calls_back_into_the_loop_goes_on() -> None:
 
     for seed in range(3):
         assert run_controlled(main, RandomScheduler(seed)) == 5
+
+
+def _called_back_interleaving(backend: str, api: str, seed: int) -> tuple[str, ...]:
+    """Three tasks that each hand three calls to threads; each call asks the loop for something
+    halfway (``from_thread.run_sync``, or a progress report it does not wait for) and goes on."""
+    import trio
+    import trio.from_thread
+    import trio.lowlevel
+    import trio.to_thread
+
+    from kvstress.controlled import seeded_trio_run
+
+    log: list[str] = []
+    posts: dict[str, Callable[[], Callable[..., object]]] = {
+        "anyio": lambda: anyio.from_thread.run_sync,
+        "trio": lambda: trio.from_thread.run_sync,
+        "report": (  # a report the thread does not wait for: the loop's own call
+            (lambda: trio.lowlevel.current_trio_token().run_sync_soon)
+            if backend == "trio"
+            else (lambda: asyncio.get_running_loop().call_soon_threadsafe)
+        ),
+    }
+    post = functools.partial(posts[api](), log.append) if api != "report" else None
+
+    def work(i: int, k: int) -> None:
+        log.append(f"thread {i}.{k} begins")
+        assert post is not None
+        post(f"loop {i}.{k}")
+        log.append(f"thread {i}.{k} ends")
+
+    async def client(i: int) -> None:
+        for k in range(3):
+            log.append(f"task {i}.{k}")
+            if api == "trio":
+                await trio.to_thread.run_sync(work, i, k)
+            else:
+                await anyio.to_thread.run_sync(work, i, k)
+
+    async def main() -> None:
+        nonlocal post
+        post = post or functools.partial(posts[api](), log.append)  # the run's own, made in it
+        async with anyio.create_task_group() as group:
+            for i in range(3):
+                group.start_soon(client, i)
+
+    if backend == "trio":
+        seeded_trio_run(main, seed=seed)
+    else:
+        run_controlled(main, RandomScheduler(seed))
+    return tuple(log)
+
+
+@pytest.mark.parametrize(
+    ("backend", "api"),
+    [("asyncio", "anyio"), ("asyncio", "report"), ("trio", "anyio"), ("trio", "trio"), ("trio", "report")],
+)
+def test_a_thread_that_calls_back_into_the_loop_halfway_goes_on_at_the_schedule_s_choice(
+    backend: str, api: str
+) -> None:
+    """A call whose thread asks the loop for something before it is done waits at its gate
+    until the loop has run that, then goes on at the schedule's choice: the same seed, the same
+    order every run (it went on loose, in real time: 1-4 orders in 4 runs of a seed before)."""
+    orders = {seed: {_called_back_interleaving(backend, api, seed) for _ in range(4)} for seed in range(4)}
+    assert all(len(runs) == 1 for runs in orders.values()), orders
+    runs = [runs.pop() for runs in orders.values()]
+    assert (
+        all(
+            run.index(f"loop {i}.{k}") < run.index(f"thread {i}.{k} ends")
+            for run in runs
+            for i in range(3)
+            for k in range(3)
+        )
+        or api == "report"
+    )
+    assert len(set(runs)) > 1
 
 
 async def _sleeps_in_a_thread() -> None:

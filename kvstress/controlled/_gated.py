@@ -11,7 +11,9 @@ and run when the scheduler picks it. While it runs (a *window*) the loop waits f
 thread runs until its next scheduling point:
 
 - it hands something to the loop (``call_soon_threadsafe``): its result once it has returned,
-  which ends the work; anything before that (``anyio.from_thread.run``) sets it loose;
+  which ends the work; before that (``anyio.from_thread.run_sync``, a progress report), it waits
+  at its gate until the loop has run what it handed over (``calling_back``), and is then ready
+  again: what it asked the loop for is there when its next window begins;
 - it sleeps (``time.sleep`` in a module whose clock the run controls): a sleep on the loop's
   virtual clock, as ``asyncio.sleep`` is; the lane is ready again when the loop's time comes to
   its end (``sleep(0)`` yields at once);
@@ -75,6 +77,7 @@ class Why(enum.Enum):
     """What ended a window."""
 
     POSTED = "posted"
+    CALLED_BACK = "called back"  # it handed the loop a callback before its result (``calling_back``)
     SLEEP = "sleep"
     STALLED = "stalled"  # its thread did not begin: no free worker
 
@@ -111,6 +114,10 @@ class GatedWork:
         # callback of the code's own, None while it is not in one (``_wait_turn``).
         self.loop_mark: Callable[[], object] | None = None
         self.on_arrival: Callable[[], None] | None = None
+        # The host, as a callback the thread handed it in a window runs: it runs it (the call)
+        # and gives the work its next window once the thread's answer is there.
+        self.answer_via: Callable[[GatedWork, Callable[[], Any]], Any] | None = None
+        self.answer_due = False  # its window ended at a callback the loop has not run yet
         self._back = threading.Event()
         self._mutex = threading.Lock()  # the state's changes by the thread and by the loop
 
@@ -136,17 +143,47 @@ class GatedWork:
 
         return gated
 
-    def posted(self) -> None:
+    def calling_back(self, callback: Callable[..., Any]) -> Callable[..., Any] | None:
+        """In the thread, about to hand the loop ``callback`` before its function has returned
+        (``anyio.from_thread.run_sync``, trio's ``from_thread``, a progress report): what to queue
+        instead, so that the work's next window comes once the loop has run it (``answer_via``);
+        None outside a window (queue ``callback`` itself). Pass ``calls_back=True`` to
+        ``posted`` then, and call ``resume`` after waking the loop."""
+        if self.state is not WorkState.RUNNING or self.returned or self.answer_via is None:
+            return None
+
+        @functools.wraps(callback)
+        def answering(*args: Any) -> Any:
+            with self._mutex:
+                due, self.answer_due = self.answer_due, False
+            if not due or self.answer_via is None:  # the work was set loose as it posted
+                return callback(*args)
+            return self.answer_via(self, functools.partial(callback, *args))
+
+        return answering
+
+    def posted(self, calls_back: bool = False) -> bool:
         """The thread handed the loop a callback (already queued): the window ends. Once the
-        function has returned this was its result; before, the thread goes on loose."""
+        function has returned this was its result. Before, the thread waits for its next turn
+        when the callback is ``calling_back``'s (True: call ``resume``), else it goes on loose."""
         with self._mutex:
             if self.state is WorkState.RUNNING:
                 self.why, self.post_returned = Why.POSTED, self.returned
+                if calls_back and not self.returned:
+                    self.why = Why.CALLED_BACK
+                    self.answer_due = True
                 self._end_segment()
                 self._back.set()
-            elif self.state is WorkState.LOOSE and self.returned:
+                return self.why is Why.CALLED_BACK
+            if self.state is WorkState.LOOSE and self.returned:
                 self.state = WorkState.DONE
                 self._forget()
+            return False
+
+    def resume(self) -> None:
+        """In the thread, after ``posted`` said so: wait for the next window."""
+        self._wait_turn()
+        self._segment = _Segment()
 
     def pause(self, seconds: float) -> bool:
         """A sleep in the window: the loop takes it on its own clock; False when the work is not
@@ -231,7 +268,7 @@ class GatedWork:
             elif why is Why.POSTED:
                 self.state = WorkState.LOOSE  # it goes on beside the loop
                 return None
-            else:
+            else:  # a sleep, or a callback handed over: the host queues its next window
                 self.state = WorkState.QUEUED
         return why
 

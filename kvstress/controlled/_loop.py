@@ -349,13 +349,18 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         """From another thread: queued for the loop's thread, which is woken."""
         if self.is_closed():
             raise RuntimeError("Event loop is closed")
-        entry = _entry(self, callback, args, context)
-        self._kv_inbox.append(entry)  # deque.append is atomic
         work = work_of_this_thread()
-        if work is not None and work.loop is self:
-            work.posted()  # its window ends here
+        if work is not None and work.loop is not self:
+            work = None
+        answering = None if work is None else work.calling_back(callback)
+        entry = _entry(self, callback if answering is None else answering, args, context)
+        self._kv_inbox.append(entry)  # deque.append is atomic
+        resume = work is not None and work.posted(calls_back=answering is not None)  # its window ends
         self._kv_woken.set()
         super().call_soon_threadsafe(self._kv_arm)
+        if resume:
+            assert work is not None
+            work.resume()  # its next window comes once the loop has run the callback
         return entry[0]
 
     def run_in_executor(
@@ -392,7 +397,16 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         work = GatedWork(self, name, self.time_elsewhere)
         work.on_arrival = self._kv_woken.set
         work.loop_mark = self._kv_mark
+        work.answer_via = self._kv_answer
         return work
+
+    def _kv_answer(self, work: GatedWork, call: Callable[[], object]) -> object:
+        """A callback a call's thread handed the loop in its window (``GatedWork.calling_back``):
+        the call is ready again once it has run, what it asked for there."""
+        try:
+            return call()
+        finally:
+            self._kv_queue_window(work, None)
 
     def _kv_mark(self) -> object:
         """For a thread at its gate: the step the loop is in while it runs a callback of the

@@ -134,12 +134,17 @@ def _posting(real: Callable[..., None]) -> Callable[..., None]:
     def run_sync_soon(
         self: object, sync_fn: Callable[..., object], *args: object, idempotent: bool = False
     ) -> None:
-        real(self, sync_fn, *args, idempotent=idempotent)
         from kvstress.controlled._gated import work_of_this_thread
 
         work = work_of_this_thread()
-        if work is not None and getattr(work.loop, "token", None) is self:
-            work.posted()
+        if work is None or getattr(work.loop, "token", None) is not self:
+            real(self, sync_fn, *args, idempotent=idempotent)
+            return
+        # An idempotent callback is queued once however often it is posted: not wrapped.
+        answering = None if idempotent else work.calling_back(sync_fn)
+        real(self, sync_fn if answering is None else answering, *args, idempotent=idempotent)
+        if work.posted(calls_back=answering is not None):
+            work.resume()  # its next window comes once the run has its answer
 
     return run_sync_soon
 

@@ -98,14 +98,17 @@ class ThreadGates(trio.abc.Instrument):
     so the point is not a strategy's to move; but it is the same in every run of a seed, and so
     are the thread's writes among the steps and the step its result comes back in. A short
     ``time.sleep`` in the thread moves the ``MockClock`` on (``SLEEP_IN_STEP_S``); a longer one,
-    or a thread that parks or calls back into the run first, is set loose, counted as work out
-    in a thread as before."""
+    or a thread that parks, is set loose, counted as work out in a thread as before. A thread
+    that calls back into the run first (``trio.from_thread.run_sync``) waits until its answer is
+    there: after the step that runs its callback, or after the next step of the task that
+    callback woke (the caller's task, which runs what the thread asked for)."""
 
     def __init__(self, clock: trio.abc.Clock) -> None:
         self.clock = clock if isinstance(clock, trio.testing.MockClock) else None
         self._clock = clock
         self.token: object = None
         self._handed: list[GatedWork] = []
+        self._after_step_of: dict[trio.lowlevel.Task, list[GatedWork]] = {}
 
     def before_run(self) -> None:
         self.token = trio.lowlevel.current_trio_token()
@@ -113,13 +116,33 @@ class ThreadGates(trio.abc.Instrument):
 
     def after_run(self) -> None:
         trio_gates_open(self.token, None)
-        for work in self._handed:  # handed in the last step: let them run as they come
+        waiting = [work for works in self._after_step_of.values() for work in works]
+        for work in (*self._handed, *waiting):  # left at their gates: let them run as they come
             work.loosen(real_sleep=False)
         self._handed.clear()
+        self._after_step_of.clear()
 
     def gated_work(self, name: str) -> GatedWork:
         """A call out to a thread, run after the step that hands it over (``hand``)."""
-        return GatedWork(self, name, self._now)
+        work = GatedWork(self, name, self._now)
+        work.answer_via = self._answer
+        return work
+
+    def _answer(self, work: GatedWork, call: Callable[[], object]) -> object:
+        """A callback the call's thread handed the run in its window (``GatedWork.calling_back``),
+        run now: the thread's next window comes once its answer is there. A callback that wakes
+        a task (trio's ``from_thread`` in the caller's task: that task runs what the thread asked
+        for) has it there after that task's next step; one that wakes none, after this step."""
+        woken = _Woken()
+        trio.lowlevel.add_instrument(woken)
+        try:
+            return call()
+        finally:
+            trio.lowlevel.remove_instrument(woken)
+            if woken.task is None:
+                self._handed.append(work)
+            else:
+                self._after_step_of.setdefault(woken.task, []).append(work)
 
     def _now(self) -> float:
         """The run's clock, read from the call's thread while the run waits for it (or, set
@@ -131,6 +154,8 @@ class ThreadGates(trio.abc.Instrument):
         self._handed.append(work)
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self._after_step_of:
+            self._handed.extend(self._after_step_of.pop(task, ()))
         if self._handed:
             handed, self._handed = self._handed, []
             for work in handed:
@@ -146,8 +171,8 @@ class ThreadGates(trio.abc.Instrument):
                 # A real timed wait in the thread: as long on the run's clock (and credited).
                 trio_credit(self.token, work.ran_for)
                 self.clock.jump(work.ran_for)
-            if why is Why.POSTED:
-                return  # its result is on its way to the run
+            if why in (Why.POSTED, Why.CALLED_BACK):
+                return  # its result is on its way to the run; or it waits for its answer (``_answer``)
             if why is Why.STALLED:  # trio starts a thread for each call: not seen; run it loose
                 why = None
             seconds = work.sleep_for
@@ -162,6 +187,17 @@ class ThreadGates(trio.abc.Instrument):
                 # ...and from the window's start: the thread waited on the real clock meanwhile
                 self.clock.jump(max(0.0, time.perf_counter() - work.window_began))
             return
+
+
+class _Woken(trio.abc.Instrument):
+    """The first task a callback wakes, while it runs (``ThreadGates._answer``)."""
+
+    def __init__(self) -> None:
+        self.task: trio.lowlevel.Task | None = None
+
+    def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+        if self.task is None:
+            self.task = task
 
 
 def seeded_trio_run(
