@@ -753,3 +753,93 @@ def test_after_it():
     assert "INTERNALERROR" not in out, out
     result.assert_outcomes(failed=1, passed=1)
     assert "Timeout (>1s)" in out, out
+
+
+PYTEST_TRIO_SUITE = """
+import pytest
+import trio
+
+import kvstress
+
+
+@pytest.fixture
+async def pool():
+    pool = kvstress.audit(kvstress.AsyncBlockPool(2, (2, 4)))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+async def server(nursery, pool):
+    send, receive = trio.open_memory_channel(10)
+
+    async def serve():
+        async for done in receive:
+            block = await pool.acquire()
+            await trio.sleep(0.001)
+            await pool.release(block)
+            done.set()
+
+    nursery.start_soon(serve)
+    yield send
+    await send.aclose()
+
+
+@pytest.mark.kvstress_explore(schedules=30, seed=3)
+async def test_serves(server, autojump_clock):
+    start = autojump_clock.current_time()
+    requests = [trio.Event() for _ in range(3)]
+    for done in requests:
+        await server.send(done)
+    for done in requests:
+        await done.wait()
+    assert trio.current_time() - start >= 0.003  # the run's clock is the test's
+
+
+@pytest.mark.kvstress_explore(schedules=10, seed=3)
+async def test_jumps_its_mock_clock(mock_clock):
+    async def jump():
+        await trio.sleep(0)
+        mock_clock.jump(5)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(jump)
+        await trio.sleep(5)
+
+
+@pytest.mark.kvstress_explore(schedules=200, strategy="random", seed=3)
+async def test_shared_without_retain(pool):
+    block = await pool.acquire()
+
+    async def reader():
+        await trio.sleep(0)
+        await pool.release(block)  # the bug: a second holder, no retain
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        nursery.start_soon(reader)
+"""
+
+
+def test_pytest_trio_tests_are_explored_on_trio(pytester: pytest.Pytester) -> None:
+    """pytest-trio's tests (``trio_mode``, async fixtures set up in the test's trio run, the
+    ``nursery`` fixture, its clocks) are explored on trio, each schedule a trio run of its own
+    with its fixtures: they ran on the asyncio loop, and every one failed "schedule 1"
+    (AttributeError: 'RunContext' object has no attribute 'runner')."""
+    pytest.importorskip("pytest_trio")
+    pytester.makeini(INI + "trio_mode = true\n")
+    pytester.makepyfile(test_trio_mode=PYTEST_TRIO_SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", timeout=120)
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert "test_serves: explored 30 schedules (strategy 'pct', seed 3)" in out
+    assert "test_jumps_its_mock_clock: explored 10 schedules" in out
+    assert "[double-release]" in out
+    replay = re.search(r"pytest (--kvstress-replay=ks1:\S+) (\S+)", out)
+    assert replay is not None, out
+    again = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", replay.group(1), replay.group(2), timeout=120
+    )
+    again.assert_outcomes(failed=1)
+    assert "[double-release]" in again.stdout.str()
+    assert "the replayed schedule failed" in again.stdout.str()

@@ -14,7 +14,7 @@ import inspect
 import math
 import threading
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,6 +144,8 @@ def search(
     modules: Iterable[object] = (),
     backend: str = "asyncio",
     retry: bool = True,
+    trio_clock: Any = None,
+    trio_instruments: Sequence[Any] = (),
 ) -> Outcome:
     """Run ``fn`` under at most ``limit`` executions of ``scheduler``, stopping at the first failure.
 
@@ -156,10 +158,12 @@ def search(
     schedule belongs to other code) and ``SchedulerMisbehaved`` are not findings about ``fn``:
     they propagate, as does anything outside ``failure_types`` (KeyboardInterrupt, a skip);
     with ``retry``, a replay whose try diverged is tried again first (``ReplayScheduler.again``).
+    ``trio_clock`` and ``trio_instruments`` are the test's own for a trio run (pytest-trio's
+    clock fixtures): the run's clock is then the test's, not kvstress's virtual one.
     """
     if is_async(fn):
         if check_backend(backend) == "trio":
-            run: Callable[[], object] = lambda: _trio_once(fn, scheduler)  # noqa: E731
+            run: Callable[[], object] = lambda: _trio_once(fn, scheduler, trio_clock, trio_instruments)  # noqa: E731
         else:
             run = lambda: run_controlled(fn, scheduler, max_time=MAX_TIME_S)  # noqa: E731
         clocked = loop_modules(fn, modules)
@@ -178,7 +182,9 @@ def search(
         return _loop(once, scheduler, limit, failure_types, retry)
 
 
-def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
+def _trio_once(
+    fn: Callable[[], Any], scheduler: Scheduler, clock: Any = None, instruments: Sequence[Any] = ()
+) -> None:
     """One execution on trio: the scheduler's one value seeds it; cancelled, and failed with
     ``TimeLimitExceeded``, at ``MAX_TIME_S`` of virtual time, as the asyncio loop is."""
     import trio
@@ -205,7 +211,7 @@ def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
     named_like(bounded, fn)
     seed = scheduler.next_u64()
     if not trio.lowlevel.in_trio_run():
-        seeded_trio_run(bounded, seed=seed)
+        seeded_trio_run(bounded, seed=seed, clock=clock, instruments=instruments)
         return
     # Called inside a trio run of this thread (anyio's pytest plugin keeps one open on trio for
     # the test's async fixtures), where trio refuses a second: the schedule runs in a thread of
@@ -215,7 +221,7 @@ def _trio_once(fn: Callable[[], Any], scheduler: Scheduler) -> None:
 
     def in_thread() -> None:
         try:
-            seeded_trio_run(bounded, seed=seed)
+            seeded_trio_run(bounded, seed=seed, clock=clock, instruments=instruments)
         except BaseException as error:  # handed to the caller's thread
             outcome.append(error)
         else:

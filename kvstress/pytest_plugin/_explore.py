@@ -1,12 +1,13 @@
 """The ``kvstress_explore`` marker and ``--kvstress-replay``: a test run under many schedules.
 
 ``@pytest.mark.kvstress_explore(schedules=200, strategy="pct", seed=None)`` runs the test
-function (async, under pytest-asyncio or anyio on asyncio or trio; or plain, starting threads) once per
-controlled schedule, as ``kvstress.explore`` does, and stops at the first failure. The failure
-is the test's own exception with a note naming the schedule, the seed and the command that
-replays it; ``--kvstress-replay=ks1:...`` runs each selected marked test under that schedule
-alone. A passing test's count of schedules goes to its report (the ``kvstress_schedules``
-JUnit property and a ``kvstress explore`` section) and to the terminal summary.
+function (async, under pytest-asyncio, anyio on asyncio or trio, or pytest-trio; or plain,
+starting threads) once per controlled schedule, as ``kvstress.explore`` does, and stops at the
+first failure. The failure is the test's own exception with a note naming the schedule, the
+seed and the command that replays it; ``--kvstress-replay=ks1:...`` runs each selected marked
+test under that schedule alone. A passing test's count of schedules goes to its report (the
+``kvstress_schedules`` JUnit property and a ``kvstress explore`` section) and to the terminal
+summary.
 
 The plugin runs a marked test's protocol once per schedule, on fresh fixtures (``_protocol``),
 and swaps the function pytest is about to call (``pyfuncitem.obj``) for a plain one that runs
@@ -301,7 +302,7 @@ class ExploredTests:
         from kvstress.explorer._run import BACKENDS
 
         run = pyfuncitem.stash.get(RUN, None)
-        backend = _anyio_backend(pyfuncitem) or "asyncio"
+        backend = _backend(pyfuncitem)
         if backend not in BACKENDS:
             if run is not None:
                 run.done = True
@@ -359,7 +360,15 @@ class ExploredTests:
             _refuse_fixture_threads(run, test)
             fn = functools.partial(test, **fixtures)
             limit, modules = run.limit, run.modules
-            outcome = search(fn, scheduler, limit, failure_types=_FAILURES, modules=modules, backend=backend)
+            outcome = search(
+                fn,
+                scheduler,
+                limit,
+                failure_types=_FAILURES,
+                modules=modules,
+                backend=backend,
+                **_trio_run_options(item, fixtures),
+            )
             if outcome.failure is not None:
                 _stuck_on_real_primitives(outcome.failure, fixtures)
                 _failure_properties(item, outcome, _replay_hint(item))
@@ -380,7 +389,7 @@ class ExploredTests:
             return Run(None, 1, "", 0, problem=_WITH_GIVEN)
         if self._replay is not None:
             return Run(replay_scheduler(self._replay, "--kvstress-replay"), 1, "replay", seed, modules)
-        backend = _anyio_backend(item) or "asyncio"
+        backend = _backend(item)
         return Run(
             make_scheduler(strategy, seed, backend), schedules, strategy, seed, modules, backend=backend
         )
@@ -410,6 +419,7 @@ class ExploredTests:
                     modules=run.modules,
                     backend=backend,
                     retry=False,  # a replay's next try needs fresh fixtures: the next copy's
+                    **_trio_run_options(item, fixtures),
                 )
             except ScheduleDivergence as divergence:
                 if diverged_again(run.scheduler, divergence):
@@ -632,6 +642,28 @@ def _replay_hint(item: pytest.Function) -> str:
 
 REPEATED = "__pytest_repeat_step_number"
 """The parameter pytest-repeat gives each repeated copy of a test."""
+
+
+def _backend(item: pytest.Function) -> str:
+    """The backend a marked test runs on: its anyio backend; trio for a pytest-trio test (whose
+    runner, called once per schedule, sets up its trio fixtures and runs the test in one trio
+    run, as pytest-trio does; each schedule's own); asyncio otherwise."""
+    backend = _anyio_backend(item)
+    if backend is not None:
+        return backend
+    return "trio" if item.get_closest_marker("trio") is not None else "asyncio"
+
+
+def _trio_run_options(item: pytest.Function, fixtures: Mapping[str, object]) -> dict[str, Any]:
+    """For a pytest-trio test, the clock and instruments among its fixtures, which pytest-trio
+    hands to its trio run (``mock_clock``, ``autojump_clock``): the schedule's run gets them."""
+    if _anyio_backend(item) is not None or item.get_closest_marker("trio") is None:
+        return {}
+    import trio
+
+    clocks = [value for value in fixtures.values() if isinstance(value, trio.abc.Clock)]
+    instruments = [value for value in fixtures.values() if isinstance(value, trio.abc.Instrument)]
+    return {"trio_clock": clocks[0] if clocks else None, "trio_instruments": instruments}
 
 
 def _anyio_backend(item: pytest.Function) -> str | None:
