@@ -38,6 +38,13 @@ from typing import Any
 
 from kvstress.controlled._foreign import GATED_THREADS, PARKED_STATES, _sample
 
+try:
+    import resource
+except ImportError:  # not on Windows
+    _RUSAGE_THREAD: int | None = None
+else:
+    _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)  # Linux only
+
 WINDOW_POLL_S = 0.002
 """Real seconds between two looks at a window's thread: parked (no CPU time since the look
 before, and asleep in the kernel) twice in a row, it is set loose."""
@@ -224,6 +231,12 @@ class GatedWork:
         segment, self._segment = self._segment, None
         self.ran_for, self.slept = segment.end() if segment is not None else (0.0, 0.0)
 
+    def credit(self) -> float:
+        """Real seconds the run's clock moves for the window that just ended: all of its real
+        time, wake-up included, when the thread slept ``SLEPT_CREDIT_MIN_S`` or more in it (a
+        real timed wait, which takes its time on the run's clock too); else none."""
+        return self.ran_for if self.slept >= SLEPT_CREDIT_MIN_S else 0.0
+
     def _forget(self) -> None:
         with _lock:
             if self.ident is not None and _works.get(self.ident) is self:
@@ -314,18 +327,27 @@ class GatedWork:
 class _Segment:
     """A thread's run from its turn to its next scheduling point, read in the thread itself:
     real time, its CPU time (``thread_time``: exact, where ``/proc``'s own count lags a running
-    thread by up to a tick) and its time waiting for a CPU (``/proc``, Linux; 0 elsewhere).
-    What is left is the time it slept."""
+    thread by up to a tick), its time waiting for a CPU (``/proc``, Linux; 0 elsewhere) and its
+    voluntary context switches (``getrusage``, Linux). What is left is the time it slept, if it
+    ever blocked: a thread that never gave up its CPU did not sleep, however far real time ran
+    ahead of its CPU time (a virtual machine's CPU taken by its host: 0.3-5 ms of 1% of a busy
+    machine's windows, a correct program's virtual time moved at random)."""
 
-    __slots__ = ("cpu", "queued", "wall")
+    __slots__ = ("cpu", "queued", "switches", "wall")
 
     def __init__(self) -> None:
         self.wall, self.cpu, self.queued = time.perf_counter(), time.thread_time(), _queued()
+        self.switches = _blocked()
 
     def end(self) -> tuple[float, float]:
-        """(real seconds since it began, of which slept)."""
-        wall, cpu, queued = time.perf_counter() - self.wall, time.thread_time() - self.cpu, _queued()
-        return wall, max(0.0, wall - cpu - (queued - self.queued))
+        """(real seconds since it began, of which slept); the wait for a CPU is read only where
+        it decides whether the thread slept long enough to be credited (``GatedWork.credit``)."""
+        wall, cpu = time.perf_counter() - self.wall, time.thread_time() - self.cpu
+        if wall - cpu < SLEPT_CREDIT_MIN_S:
+            return wall, max(0.0, wall - cpu)
+        if self.switches is not None and _blocked() == self.switches:
+            return wall, 0.0  # it never blocked
+        return wall, max(0.0, wall - cpu - (_queued() - self.queued))
 
 
 def _queued() -> float:
@@ -336,6 +358,14 @@ def _queued() -> float:
             return int(stat.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def _blocked() -> int | None:
+    """How often the calling thread has blocked so far (its voluntary context switches); None
+    where that cannot be read (no ``RUSAGE_THREAD``)."""
+    if _RUSAGE_THREAD is None:
+        return None
+    return resource.getrusage(_RUSAGE_THREAD).ru_nvcsw
 
 
 _lock = threading.Lock()

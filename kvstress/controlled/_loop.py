@@ -52,7 +52,6 @@ from kvstress.controlled._errors import (
 )
 from kvstress.controlled._foreign import ThreadWatch
 from kvstress.controlled._gated import (
-    SLEPT_CREDIT_MIN_S,
     GatedWork,
     Why,
     WorkState,
@@ -421,7 +420,11 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         work.lane = self._next_lane
         self._next_lane += 1
         self._kv_work_lanes[work.lane] = work.name
-        self._kv_gated.append(work)
+        gated = self._kv_gated
+        if len(gated) >= 64 and not len(gated) & (len(gated) - 1):  # at 64, 128, 256...
+            # those done need no gate freed at close (a run of many calls)
+            gated[:] = [other for other in gated if other.state is not WorkState.DONE]
+        gated.append(work)
         self._kv_queue_window(work, None)
 
     def _kv_queue_window(self, work: GatedWork, when: float | None) -> None:
@@ -442,11 +445,12 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if work.state is WorkState.DONE:
             return  # it let itself loose while the loop was stuck, and is back
         why = work.run_window()
-        if why is not None and work.slept >= SLEPT_CREDIT_MIN_S:
+        credit = 0.0 if why is None else work.credit()
+        if credit:
             # The thread waited on the real clock in its window (a real timed wait): its real
-            # time, wake-up included, on the loop's clock too, credited as real time's jitter.
-            self._kv_now += work.ran_for
-            self.kv_excused += work.ran_for
+            # time on the loop's clock too, credited as real time's jitter.
+            self._kv_now += credit
+            self.kv_excused += credit
             self._kv_budget = self.max_steps
         if why is Why.STALLED:
             self._kv_stalled.append(work)

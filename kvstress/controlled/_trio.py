@@ -37,7 +37,7 @@ import trio.testing
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from kvstress.controlled._gated import SLEPT_CREDIT_MIN_S, GatedWork, Why
+from kvstress.controlled._gated import GatedWork, Why
 from kvstress.controlled._loop import CREEP_AFTER
 from kvstress.controlled._thread_work import (
     following_thread_work,
@@ -167,10 +167,11 @@ class ThreadGates(trio.abc.Instrument):
             return
         while True:
             why = work.run_window()
-            if why is not None and work.slept >= SLEPT_CREDIT_MIN_S and self.clock is not None:
+            credit = 0.0 if why is None or self.clock is None else work.credit()
+            if credit and self.clock is not None:
                 # A real timed wait in the thread: as long on the run's clock (and credited).
-                trio_credit(self.token, work.ran_for)
-                self.clock.jump(work.ran_for)
+                trio_credit(self.token, credit)
+                self.clock.jump(credit)
             if why in (Why.POSTED, Why.CALLED_BACK):
                 return  # its result is on its way to the run; or it waits for its answer (``_answer``)
             if why is Why.STALLED:  # trio starts a thread for each call: not seen; run it loose
