@@ -109,6 +109,7 @@ class ThreadGates(trio.abc.Instrument):
         self.token: object = None
         self._handed: list[GatedWork] = []
         self._after_step_of: dict[trio.lowlevel.Task, list[GatedWork]] = {}
+        self._after_batch: list[GatedWork] = []  # calls asleep in their thread (``before_io_wait``)
 
     def before_run(self) -> None:
         self.token = trio.lowlevel.current_trio_token()
@@ -117,9 +118,10 @@ class ThreadGates(trio.abc.Instrument):
     def after_run(self) -> None:
         trio_gates_open(self.token, None)
         waiting = [work for works in self._after_step_of.values() for work in works]
-        for work in (*self._handed, *waiting):  # left at their gates: let them run as they come
-            work.loosen(real_sleep=False)
+        for work in (*self._handed, *self._after_batch, *waiting):  # left at their gates
+            work.loosen(real_sleep=False)  # let them run as they come
         self._handed.clear()
+        self._after_batch.clear()
         self._after_step_of.clear()
 
     def gated_work(self, name: str) -> GatedWork:
@@ -153,6 +155,20 @@ class ThreadGates(trio.abc.Instrument):
         """The call is handed to its thread in the step running now."""
         self._handed.append(work)
 
+    def before_io_wait(self, timeout: float) -> None:
+        """Between two batches of steps: the calls whose thread slept go on to their next
+        scheduling point (the run's clock moved by the sleep, so its deadlines have fired). One
+        still asleep after that wakes the run at once, so that it does not wait for I/O, nor
+        take itself for idle and jump its clock to the next deadline, while the call has work
+        left at the time it is at."""
+        if not self._after_batch:
+            return
+        asleep, self._after_batch = self._after_batch, []
+        for work in asleep:
+            self._run(work)
+        if self._after_batch or self._handed:
+            trio.lowlevel.current_trio_token().run_sync_soon(_nothing)
+
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         if self._after_step_of:
             self._handed.extend(self._after_step_of.pop(task, ()))
@@ -180,14 +196,23 @@ class ThreadGates(trio.abc.Instrument):
             if why is Why.SLEEP and self.clock is not None and seconds <= SLEEP_IN_STEP_S:
                 if seconds > 0:
                     self.clock.jump(seconds)
-                continue
+                # Its next window after the run's next batch of steps: a deadline the sleep
+                # passed fires first (a call its caller abandons on cancel goes on abandoned).
+                self._after_batch.append(work)
+                return
             work.loosen()  # a long sleep (real now), or it was set loose already
             work.counted = True
             trio_work_out(self.token, +1)  # the clock runs with real time from now...
-            if self.clock is not None:
+            if self.clock is not None and work.window_began > 0:
                 # ...and from the window's start: the thread waited on the real clock meanwhile
+                # (none began for a call whose thread never arrived: it jumped the clock by the
+                # machine's uptime, and a correct run hung at its deadline)
                 self.clock.jump(max(0.0, time.perf_counter() - work.window_began))
             return
+
+
+def _nothing() -> None:
+    """Posted to wake a trio run (``ThreadGates.before_io_wait``)."""
 
 
 class _Woken(trio.abc.Instrument):
