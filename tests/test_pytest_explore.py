@@ -796,6 +796,16 @@ async def test_serves(server, autojump_clock):
     assert trio.current_time() - start >= 0.003  # the run's clock is the test's
 
 
+@pytest.mark.kvstress_explore(schedules=5, seed=3)
+@pytest.mark.parametrize("count", [1, 2])
+async def test_parametrised(server, count):
+    requests = [trio.Event() for _ in range(count)]
+    for done in requests:
+        await server.send(done)
+    for done in requests:
+        await done.wait()
+
+
 @pytest.mark.kvstress_explore(schedules=10, seed=3)
 async def test_jumps_its_mock_clock(mock_clock):
     async def jump():
@@ -823,16 +833,19 @@ async def test_shared_without_retain(pool):
 
 def test_pytest_trio_tests_are_explored_on_trio(pytester: pytest.Pytester) -> None:
     """pytest-trio's tests (``trio_mode``, async fixtures set up in the test's trio run, the
-    ``nursery`` fixture, its clocks) are explored on trio, each schedule a trio run of its own
-    with its fixtures: they ran on the asyncio loop, and every one failed "schedule 1"
-    (AttributeError: 'RunContext' object has no attribute 'runner')."""
+    ``nursery`` fixture, its clocks, parametrised ones) are explored on trio, each schedule a
+    trio run of its own with its fixtures: they ran on the asyncio loop, and every one failed
+    "schedule 1" (AttributeError: 'RunContext' object has no attribute 'runner')."""
     pytest.importorskip("pytest_trio")
     pytester.makeini(INI + "trio_mode = true\n")
     pytester.makepyfile(test_trio_mode=PYTEST_TRIO_SUITE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", timeout=120)
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=4, failed=1)
     out = result.stdout.str()
     assert "test_serves: explored 30 schedules (strategy 'pct', seed 3)" in out
+    # a parametrised test's function (its parameters bound) named as the test: pytest-trio
+    # names its task after it, and every such test failed "schedule 1" (a blind user's)
+    assert "test_parametrised[2]: explored 5 schedules" in out
     assert "test_jumps_its_mock_clock: explored 10 schedules" in out
     assert "[double-release]" in out
     replay = re.search(r"pytest (--kvstress-replay=ks1:\S+) (\S+)", out)

@@ -257,6 +257,11 @@ def _bound(function: Callable[..., Any], values: dict[str, object]) -> Callable[
     """``function`` with ``values`` bound by keyword, keeping its markers and its async-ness."""
     bound = _Bound(function, **values)
     bound.__dict__.update(getattr(function, "__dict__", {}))  # pytestmark and other attributes
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        # what other plugins read of a test function (pytest-trio names its test task after it:
+        # every parametrised pytest-trio test failed "schedule 1", a blind user's)
+        if hasattr(function, name):
+            setattr(bound, name, getattr(function, name))
     return bound
 
 
