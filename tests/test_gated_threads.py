@@ -400,3 +400,18 @@ def test_a_call_whose_thread_is_late_on_trio_keeps_the_run_s_clock(monkeypatch: 
         return trio.current_time()
 
     assert seeded_trio_run(calls, seed=0) < 1.0
+
+
+def test_the_loop_s_own_looks_are_not_a_thread_s_real_wait() -> None:
+    """A window's sleep that the loop's thread may have caused (it held the interpreter lock
+    while looking at the thread, its CPU taken by a loaded machine: 7.7 ms seen, and a correct
+    program's dfs diverged) moves no virtual time, unless the thread waited with a timeout."""
+    from kvstress.controlled._gated import GatedWork
+
+    work = GatedWork(None, "call")
+    work.ran_for, work.slept, work.held = 0.008, 0.0077, 0.0076
+    assert work.credit() == 0.0
+    work.waited = True  # a Condition, Event, Semaphore, Queue or Future wait with a timeout
+    assert work.credit() == 0.008
+    work.waited, work.held = False, 0.0
+    assert work.credit() == 0.008  # an unseen real wait (a C-level one), the loop quiet meanwhile

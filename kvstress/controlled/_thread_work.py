@@ -55,6 +55,7 @@ _trio_clocks_out: dict[object, Any] = {}  # trio run with work out in threads ->
 _real_submit: list[Callable[..., Future[Any]]] = []  # ThreadPoolExecutor.submit, while wrapped
 _trio_gates: dict[object, Any] = {}  # trio run (its token) -> its ThreadGates
 _real_post: list[Callable[..., None]] = []  # TrioToken.run_sync_soon, while wrapped
+_real_wait: list[Callable[..., bool]] = []  # threading.Condition.wait, while wrapped
 
 
 class _CountsThreadWork(Protocol):
@@ -82,6 +83,8 @@ def following_thread_work() -> Iterator[None]:
                     namespace["run_sync"] = _counted(namespace["run_sync"])
             _real_submit.append(ThreadPoolExecutor.submit)
             ThreadPoolExecutor.submit = _counted_submit(ThreadPoolExecutor.submit)  # type: ignore[method-assign]
+            _real_wait.append(threading.Condition.wait)
+            threading.Condition.wait = _noted_wait(threading.Condition.wait)  # type: ignore[method-assign]
             trio = sys.modules.get("trio")
             if trio is not None:
                 token_class = trio.lowlevel.TrioToken
@@ -101,11 +104,29 @@ def following_thread_work() -> Iterator[None]:
                 real_submit = _real_submit.pop()
                 if getattr(ThreadPoolExecutor.submit, "__wrapped__", None) is real_submit:
                     ThreadPoolExecutor.submit = real_submit  # type: ignore[method-assign]
+                real_wait = _real_wait.pop()
+                if getattr(threading.Condition.wait, "__wrapped__", None) is real_wait:
+                    threading.Condition.wait = real_wait  # type: ignore[method-assign]
                 if _real_post:
                     real_post = _real_post.pop()
                     token_class = sys.modules["trio"].lowlevel.TrioToken
                     if getattr(token_class.run_sync_soon, "__wrapped__", None) is real_post:
                         token_class.run_sync_soon = real_post
+
+
+def _noted_wait(real: Callable[..., bool]) -> Callable[..., bool]:
+    """``threading.Condition.wait``, which tells the gated call whose thread waits with a timeout
+    (``Event.wait``, ``Semaphore.acquire``, ``queue.Queue.get`` and ``Future.result`` with one
+    too) that its window holds a real timed wait (``GatedWork.credit``)."""
+    from kvstress.controlled._gated import timed_wait
+
+    @functools.wraps(real)
+    def wait(self: threading.Condition, timeout: float | None = None) -> bool:
+        if timeout is not None:
+            timed_wait()
+        return real(self, timeout)
+
+    return wait
 
 
 def _counted_submit(real: Callable[..., Future[Any]]) -> Callable[..., Future[Any]]:
