@@ -415,3 +415,51 @@ def test_the_loop_s_own_looks_are_not_a_thread_s_real_wait() -> None:
     assert work.credit() == 0.008
     work.waited, work.held = False, 0.0
     assert work.credit() == 0.008  # an unseen real wait (a C-level one), the loop quiet meanwhile
+
+
+async def _published_before_finished(module: str) -> None:
+    import trio.from_thread
+    import trio.to_thread
+
+    published: list[list[int]] = []
+    seen: list[int] = []
+
+    def work() -> None:  # the bug: hands its result to the loop, then finishes it
+        data = [1]
+        if module == "trio":
+            trio.from_thread.run_sync(published.append, data)
+        else:
+            anyio.from_thread.run_sync(published.append, data)
+        data[0] = 0
+
+    async def reader() -> None:
+        for _ in range(20):
+            if published:
+                seen.append(published[0][0])
+                return
+            await anyio.sleep(0)
+
+    offload = trio.to_thread.run_sync if module == "trio" else anyio.to_thread.run_sync
+    async with anyio.create_task_group() as group:
+        group.start_soon(offload, work)
+        group.start_soon(reader)
+    assert seen == [0], "read what the thread published before it was finished"
+
+
+@pytest.mark.parametrize("module", ["trio", "anyio"])
+def test_a_thread_going_on_after_its_callback_on_trio_is_caught_and_replays(module: str) -> None:
+    """On trio a thread that publishes something with ``from_thread.run_sync`` and then finishes
+    it goes on in some runs only after the steps runnable meanwhile (a batch or two, drawn from
+    the seed): a reader sees it unfinished, and the replay sees it again (the thread went on
+    right after the step with its answer, every run: a blind user's offer-before-zero pool was
+    never caught on trio)."""
+    fn = functools.partial(_published_before_finished, module)
+    with pytest.raises(BaseException) as found:
+        kvstress.explore(fn, schedules=50, strategy="random", seed=0, backend="trio")
+    text = str(found.value) + "".join(getattr(found.value, "__notes__", []))
+    schedule = re.search(r"ks1:[A-Za-z0-9_-]+", text)
+    assert schedule is not None, text
+    for _ in range(3):
+        with pytest.raises(BaseException) as again:
+            kvstress.explore(fn, replay=schedule.group(0), backend="trio")
+        assert "before it was finished" in str(again.value) + "".join(getattr(again.value, "__notes__", []))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 import sys
 import threading
 import time
@@ -85,6 +86,8 @@ class MovingTime(trio.abc.Instrument):
             self._at = self.clock.current_time()  # its own move is no new instant
 
 
+_DRAWS = 0x6B7673_7472  # mixed into the run's seed for the gates' own draws
+
 SLEEP_IN_STEP_S = 0.002
 """The longest ``time.sleep`` a call out to a thread takes inside its window on trio: the run's
 ``MockClock`` moves on by it, as a loop's clock does behind a step that runs long (the lateness
@@ -103,22 +106,28 @@ class ThreadGates(trio.abc.Instrument):
     there: after the step that runs its callback, or after the next step of the task that
     callback woke (the caller's task, which runs what the thread asked for)."""
 
-    def __init__(self, clock: trio.abc.Clock) -> None:
+    def __init__(self, clock: trio.abc.Clock, seed: int = 0) -> None:
         self.clock = clock if isinstance(clock, trio.testing.MockClock) else None
         self._clock = clock
         self.token: object = None
         self._handed: list[GatedWork] = []
         self._after_step_of: dict[trio.lowlevel.Task, list[GatedWork]] = {}
-        self._after_batch: list[GatedWork] = []  # calls asleep in their thread (``before_io_wait``)
+        # Calls whose next window comes between two batches of steps (``before_io_wait``), each
+        # with the count of batches still to let by first: drawn from the run's seed (``_later``).
+        self._after_batch: list[tuple[GatedWork, int]] = []
+        self._seed = seed
+        self._draw = random.Random(seed ^ _DRAWS)
 
     def before_run(self) -> None:
+        self._draw = random.Random(self._seed ^ _DRAWS)  # the same draws in every run of the seed
         self.token = trio.lowlevel.current_trio_token()
         trio_gates_open(self.token, self)
 
     def after_run(self) -> None:
         trio_gates_open(self.token, None)
         waiting = [work for works in self._after_step_of.values() for work in works]
-        for work in (*self._handed, *self._after_batch, *waiting):  # left at their gates
+        later = [work for work, _ in self._after_batch]
+        for work in (*self._handed, *later, *waiting):  # left at their gates
             work.loosen(real_sleep=False)  # let them run as they come
         self._handed.clear()
         self._after_batch.clear()
@@ -134,7 +143,9 @@ class ThreadGates(trio.abc.Instrument):
         """A callback the call's thread handed the run in its window (``GatedWork.calling_back``),
         run now: the thread's next window comes once its answer is there. A callback that wakes
         a task (trio's ``from_thread`` in the caller's task: that task runs what the thread asked
-        for) has it there after that task's next step; one that wakes none, after this step."""
+        for; a waiter the callback offered a block to) has it there after that task's next step;
+        one that wakes none, now, and the thread goes on after the batch of steps runnable now
+        (which may take what the callback offered before the thread is done with it)."""
         woken = _Woken()
         trio.lowlevel.add_instrument(woken)
         try:
@@ -142,7 +153,7 @@ class ThreadGates(trio.abc.Instrument):
         finally:
             trio.lowlevel.remove_instrument(woken)
             if woken.task is None:
-                self._handed.append(work)
+                self._later(work)  # the steps runnable now go first
             else:
                 self._after_step_of.setdefault(woken.task, []).append(work)
 
@@ -155,6 +166,12 @@ class ThreadGates(trio.abc.Instrument):
         """The call is handed to its thread in the step running now."""
         self._handed.append(work)
 
+    def _later(self, work: GatedWork) -> None:
+        """The call's next window comes between two batches of steps: the next, or the one after
+        (the run's seed draws which), so that steps made runnable meanwhile (a waiter the thread
+        woke) may come before the thread goes on, in some runs."""
+        self._after_batch.append((work, self._draw.randrange(2)))
+
     def before_io_wait(self, timeout: float) -> None:
         """Between two batches of steps: the calls whose thread slept go on to their next
         scheduling point (the run's clock moved by the sleep, so its deadlines have fired). One
@@ -163,15 +180,20 @@ class ThreadGates(trio.abc.Instrument):
         left at the time it is at."""
         if not self._after_batch:
             return
-        asleep, self._after_batch = self._after_batch, []
-        for work in asleep:
+        due = [work for work, batches in self._after_batch if not batches]
+        self._after_batch = [(work, batches - 1) for work, batches in self._after_batch if batches]
+        for work in due:
             self._run(work)
         if self._after_batch or self._handed:
             trio.lowlevel.current_trio_token().run_sync_soon(_nothing)
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         if self._after_step_of:
-            self._handed.extend(self._after_step_of.pop(task, ()))
+            for work in self._after_step_of.pop(task, ()):
+                if self._draw.random() < 0.5:
+                    self._handed.append(work)  # right after the step that has its answer
+                else:
+                    self._later(work)
         if self._handed:
             handed, self._handed = self._handed, []
             for work in handed:
@@ -198,7 +220,7 @@ class ThreadGates(trio.abc.Instrument):
                     self.clock.jump(seconds)
                 # Its next window after the run's next batch of steps: a deadline the sleep
                 # passed fires first (a call its caller abandons on cancel goes on abandoned).
-                self._after_batch.append(work)
+                self._later(work)
                 return
             work.loosen()  # a long sleep (real now), or it was set loose already
             work.counted = True
@@ -243,7 +265,7 @@ def seeded_trio_run(
     if clock is None:
         clock = trio.testing.MockClock(autojump_threshold=0)
         instruments = (*instruments, MovingTime(clock))
-    instruments = (*instruments, ThreadGates(clock))
+    instruments = (*instruments, ThreadGates(clock, seed))
     rounds = seed % PRELUDE_ORDERS
 
     async def main() -> T:
