@@ -787,7 +787,8 @@ class ThreadController:
         return (
             f"the controlled threads passed {self.max_steps} scheduling points at virtual time "
             f"{round(self.now, 9):g} s without time moving: a spin or a livelock (thread {me.name} was "
-            f"running{where}), or a longer program (run_threads' max_steps)"
+            f"running{where}), or, where you call run_threads yourself, a program longer than its "
+            "max_steps"
         )
 
     # -- the trace hook ------------------------------------------------------------------------

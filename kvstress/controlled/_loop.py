@@ -676,8 +676,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             now = round(self._kv_now, 9)  # crept a few floats from 0, it would read 9e-320
             raise StepLimitExceeded(
                 f"the controlled loop ran {self.max_steps} callbacks at virtual time {now:g} s "
-                f"without time moving: a livelock or a spin (task {culprit!r} ran last), or a longer "
-                "program (run_controlled's max_steps)",
+                f"without time moving: a livelock or a spin (task {culprit!r} ran last), or, where "
+                "you call run_controlled yourself, a program longer than its max_steps",
                 culprit,
             )
         entry = self._choose(ready)
