@@ -823,3 +823,33 @@ def test_on_trio_the_tests_task_is_named_after_its_function() -> None:
 
     explore(request_loop, schedules=1, backend="trio")
     assert names == [f"{__name__}.{request_loop.__qualname__}"]
+
+
+def test_a_dfs_path_left_once_is_run_again_and_one_left_every_time_fails() -> None:
+    """A dfs execution that leaves its path (work in real threads, a loaded machine moving its
+    timing: a blind user's correct test failed in 1 of 6 runs) runs that path again, up to
+    three times in a row; two tries that leave it alike take their own way from there (the
+    execution that recorded the path was the odd one); a program that leaves it every time
+    still fails, saying what to use."""
+    runs: list[int] = []
+
+    async def steps() -> None:
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    for odd, tries in ((3, 21), (2, 22)):  # the odd run leaves the path; or records it
+
+        async def once_other(odd: int = odd) -> None:
+            runs.append(1)
+            await asyncio.gather(*(steps() for _ in range(3 if len(runs) == odd else 2)))
+
+        runs.clear()
+        outcome = explore(once_other, schedules=20, strategy="dfs", seed=0)
+        assert outcome.schedules == 20 and len(runs) == tries
+
+    from kvstress.explorer._run import diverged_again
+    from kvstress.schedulers import DFSScheduler
+
+    scheduler, divergence = DFSScheduler(seed=0), ScheduleDivergence("left")
+    assert [diverged_again(scheduler, divergence) for _ in range(3)] == [True, True, False]
+    assert "left its schedule 3 times in a row; random and pct explore" in "\n".join(divergence.__notes__)

@@ -24,7 +24,7 @@ from kvstress.controlled._baton import ThreadController
 from kvstress.controlled._loop import REPORTED
 from kvstress.controlled._patch import cooperative, loop_clock, resolve_modules, source_files
 from kvstress.controlled._reach import reached_modules, users_own
-from kvstress.schedulers import ReplayScheduler, Schedule, ScheduleDivergence, Scheduler
+from kvstress.schedulers import DFSScheduler, ReplayScheduler, Schedule, ScheduleDivergence, Scheduler
 
 # The library's threaded modules (the pools, and the block tables, manager and prefix cache a
 # serving loop builds on them) are always cooperative on the baton: their locks must be the
@@ -281,7 +281,16 @@ def _loop(
 
 def diverged_again(scheduler: object, divergence: ScheduleDivergence) -> bool:
     """After a replay's try left its schedule: True where the replay may try again; otherwise
-    the divergence says how many tries it had."""
+    the divergence says how many tries it had. A dfs execution that left its path is run again
+    too (``DFSScheduler.again``)."""
+    if isinstance(scheduler, DFSScheduler):
+        if scheduler.again():
+            return True
+        divergence.add_note(
+            f"kvstress: the same path left its schedule {scheduler.diverged} times in a row; random "
+            "and pct explore such a program (strategy= in the marker or the call)"
+        )
+        return False
     if not isinstance(scheduler, ReplayScheduler):
         return False
     if scheduler.again():

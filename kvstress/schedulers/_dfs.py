@@ -32,6 +32,10 @@ class _Branch:
     current: int | None = None  # the task that ran last when the decision was made
 
 
+DIVERGED_TRIES = 3
+"""How many times in a row an execution may leave its path before the divergence is raised."""
+
+
 class DFSScheduler(SchedulerBase):
     """Enumerates interleavings depth-first; ``new_execution`` is False once all are done.
 
@@ -53,6 +57,28 @@ class DFSScheduler(SchedulerBase):
         self._at = 0  # decisions made in the current execution
         self._preemptions = 0
         self._exhausted = False
+        self._retry = False  # the next execution runs the last one's path again (``again``)
+        self.diverged = 0  # executions in a row that left their path
+        self._left: tuple[int, tuple[int, ...], int | None] | None = None  # where the last one did
+        self._left_before: tuple[int, tuple[int, ...], int | None] | None = None
+        self._adopt = False  # the next execution takes its own options where it leaves the path
+
+    def again(self) -> bool:
+        """After an execution that left its path (``ScheduleDivergence``): whether to run that
+        path once more, up to ``DIVERGED_TRIES`` times in a row. Work in real threads that a run
+        cannot hold to its schedule (a machine's load moving a thread's timing) does so once in
+        a while; a program that does it every time still fails. Where two tries in a row left
+        the path at the same point alike, the execution that recorded it was the odd one: the
+        next takes its own options from there (its subtree is enumerated afresh)."""
+        self.diverged += 1
+        if self.diverged >= DIVERGED_TRIES:
+            return False
+        # Two tries that left the path alike agree with each other, not with the execution that
+        # recorded it: that one was the odd one, and the next takes its own options from there.
+        self._adopt = self._left is not None and self._left == self._left_before
+        self._left_before = self._left
+        self._retry = True
+        return True
 
     @property
     def exhausted(self) -> bool:
@@ -63,6 +89,12 @@ class DFSScheduler(SchedulerBase):
         if self._exhausted:
             return False
         path = self._path
+        if self._retry:
+            self._retry = False
+            self._at = 0
+            self._preemptions = 0
+            return True
+        self.diverged, self._left, self._left_before, self._adopt = 0, None, None, False
         if self.executions:
             del path[self._at :]  # a shorter run leaves no stale decisions behind
             while path and path[-1].taken + 1 >= path[-1].allowed:
@@ -87,9 +119,13 @@ class DFSScheduler(SchedulerBase):
             can_continue, options = False, tuple(runnable)
         at = self._at
         self._at += 1
+        if at < len(self._path) and self._path[at].options != options and self._adopt:
+            self._adopt = False
+            del self._path[at:]  # recorded by an odd execution: this one records its own
         if at < len(self._path):
             branch = self._path[at]
             if branch.options != options:
+                self._left = (at, options, current)
                 raise ScheduleDivergence(
                     f"DFS decision {at}: {_state(options, current)}, where the earlier execution "
                     f"had {_state(branch.options, branch.current)}: the program is not deterministic "
