@@ -463,3 +463,42 @@ def test_a_thread_going_on_after_its_callback_on_trio_is_caught_and_replays(modu
         with pytest.raises(BaseException) as again:
             kvstress.explore(fn, replay=schedule.group(0), backend="trio")
         assert "before it was finished" in str(again.value) + "".join(getattr(again.value, "__notes__", []))
+
+
+_held = threading.Lock()
+
+
+def _wake(log: list[str]) -> None:
+    with _held:  # the loop's callback takes the lock its thread held as it posted
+        log.append("woke")
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_thread_posting_while_holding_what_the_callback_needs_goes_loose(backend: str) -> None:
+    """A fire-and-forget post made holding a lock the posted callback takes (a correct pool's
+    wake-up under its own lock) blocks the loop in that callback while the thread waits for its
+    next turn: the thread lets itself loose and the run goes on (on trio it waited for ever;
+    counted out late, the idle run then jumped its clock an hour)."""
+    import trio
+    import trio.lowlevel
+    import trio.to_thread
+
+    log: list[str] = []
+
+    async def run() -> None:
+        if backend == "trio":
+            post: Callable[..., object] = trio.lowlevel.current_trio_token().run_sync_soon
+            offload: Callable[..., Any] = trio.to_thread.run_sync
+        else:
+            post, offload = asyncio.get_running_loop().call_soon_threadsafe, anyio.to_thread.run_sync
+
+        def work() -> None:
+            with _held:
+                post(_wake, log)
+                log.append("posted")
+
+        await offload(work)
+        await anyio.sleep(0.001)
+
+    kvstress.explore(run, schedules=5, strategy="random", seed=0, backend=backend)
+    assert log.count("woke") == log.count("posted") == 5

@@ -63,14 +63,18 @@ call is done (or, with nothing else to run, until its thread begins); its thread
 gate meanwhile, so it still runs at the schedule's choice (each such call cost a second of
 real time, set loose at ``WINDOW_BOUND_S``, a blind user's)."""
 WINDOW_BOUND_S = 1.0
+"""Real seconds a window may last before its thread is set loose (one that never starts: its
+executor is full of other work; one that computes or spins that long)."""
 STUCK_S = 1.0
 """Real seconds a thread waits at its gate while the loop's thread stays inside one callback of
 the code's own (blocked there: ``executor.shutdown(wait=True)`` as a ``with`` block ends, a
 ``join``) before it lets itself loose: the loop cannot give it its turn, and what blocks the
 loop may be waiting for this very thread."""
 GATE_LOOK_S = 0.1  # real seconds between two looks at the loop, from a thread at its gate
-"""Real seconds a window may last before its thread is set loose (one that never starts: its
-executor is full of other work; one that computes or spins that long)."""
+ANSWER_LOOK_S = 0.01  # the same, for a thread waiting for a callback it handed the loop
+ANSWER_STUCK_S = 0.05
+"""Real seconds the loop may spend inside a callback a gated thread handed it before the
+thread lets itself loose (``GatedWork.resume``)."""
 
 
 class WorkState(enum.Enum):
@@ -127,6 +131,7 @@ class GatedWork:
         # and gives the work its next window once the thread's answer is there.
         self.answer_via: Callable[[GatedWork, Callable[[], Any]], Any] | None = None
         self.answer_due = False  # its window ended at a callback the loop has not run yet
+        self._answer_began: float | None = None  # real time the loop began running that callback
         self._back = threading.Event()
         self._mutex = threading.Lock()  # the state's changes by the thread and by the loop
 
@@ -167,7 +172,11 @@ class GatedWork:
                 due, self.answer_due = self.answer_due, False
             if not due or self.answer_via is None:  # the work was set loose as it posted
                 return callback(*args)
-            return self.answer_via(self, functools.partial(callback, *args))
+            self._answer_began = time.perf_counter()
+            try:
+                return self.answer_via(self, functools.partial(callback, *args))
+            finally:
+                self._answer_began = None
 
         return answering
 
@@ -190,8 +199,16 @@ class GatedWork:
             return False
 
     def resume(self) -> None:
-        """In the thread, after ``posted`` said so: wait for the next window."""
-        self._wait_turn()
+        """In the thread, after ``posted`` said so: wait for the next window, or let itself loose
+        once the loop has been inside the callback for ``ANSWER_STUCK_S`` (blocked there: on a
+        lock this thread holds, as a fire-and-forget post made holding it leaves it)."""
+        while not self._turn.acquire(timeout=ANSWER_LOOK_S):
+            began = self._answer_began
+            if began is not None and time.perf_counter() - began >= ANSWER_STUCK_S:
+                with self._mutex:
+                    if self.state is WorkState.QUEUED:  # no turn given meanwhile
+                        self.state, self._real_sleep = WorkState.LOOSE, True
+                        break
         self._segment = _Segment()
 
     def pause(self, seconds: float) -> bool:

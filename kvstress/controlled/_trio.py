@@ -38,7 +38,7 @@ import trio.testing
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from kvstress.controlled._gated import GatedWork, Why
+from kvstress.controlled._gated import GatedWork, Why, WorkState
 from kvstress.controlled._loop import CREEP_AFTER
 from kvstress.controlled._thread_work import (
     following_thread_work,
@@ -152,7 +152,14 @@ class ThreadGates(trio.abc.Instrument):
             return call()
         finally:
             trio.lowlevel.remove_instrument(woken)
-            if woken.task is None:
+            if work.state in (WorkState.LOOSE, WorkState.DONE):
+                # It let itself loose while the callback ran (blocked on a lock the thread held
+                # as it posted): out in a thread from now on (its call's end counts it back),
+                # or the idle run jumped its clock to the next deadline meanwhile.
+                if not work.counted:
+                    work.counted = True
+                    trio_work_out(self.token, +1)
+            elif woken.task is None:
                 self._later(work)  # the steps runnable now go first
             else:
                 self._after_step_of.setdefault(woken.task, []).append(work)
@@ -203,6 +210,8 @@ class ThreadGates(trio.abc.Instrument):
         if work.abandoned and work.ident is None:
             work.drop()  # cancelled before its thread began: it may never begin
             return
+        if work.state is WorkState.DONE or work.counted:
+            return  # it let itself loose meanwhile, and is back (or counted out already)
         while True:
             why = work.run_window()
             credit = 0.0 if why is None or self.clock is None else work.credit()
