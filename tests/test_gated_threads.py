@@ -502,3 +502,32 @@ def test_a_thread_posting_while_holding_what_the_callback_needs_goes_loose(backe
 
     kvstress.explore(run, schedules=5, strategy="random", seed=0, backend=backend)
     assert log.count("woke") == log.count("posted") == 5
+
+
+def _sleep_holding(count: dict[str, int]) -> None:
+    with _held:
+        time.sleep(0.001)  # this module's: a scheduling point, the lock held
+        count["n"] += 1
+
+
+def test_a_trio_thread_asleep_holding_a_lock_a_task_takes_goes_loose() -> None:
+    """On trio a thread's short sleep lets the run take its next steps first; one made holding
+    a lock that a task then takes on the run's thread blocks the run in that step, and the
+    thread's next window never came (a hang): the thread lets itself loose after a second."""
+    import trio
+    import trio.to_thread
+
+    count = {"n": 0}
+
+    async def taker() -> None:
+        await trio.sleep(0)
+        with _held:
+            count["n"] += 1
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: trio.to_thread.run_sync(_sleep_holding, count))
+            nursery.start_soon(taker)
+
+    kvstress.explore(run, schedules=4, strategy="random", seed=0, backend="trio")
+    assert count["n"] == 8

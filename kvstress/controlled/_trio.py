@@ -116,6 +116,8 @@ class ThreadGates(trio.abc.Instrument):
         # with the count of batches still to let by first: drawn from the run's seed (``_later``).
         self._after_batch: list[tuple[GatedWork, int]] = []
         self._seed = seed
+        self._steps = 0  # task steps begun (``_mark``)
+        self._in_step = False
         self._draw = random.Random(seed ^ _DRAWS)
 
     def before_run(self) -> None:
@@ -137,7 +139,18 @@ class ThreadGates(trio.abc.Instrument):
         """A call out to a thread, run after the step that hands it over (``hand``)."""
         work = GatedWork(self, name, self._now)
         work.answer_via = self._answer
+        work.loop_mark = self._mark
         return work
+
+    def _mark(self) -> object:
+        """For a thread at its gate: the step the run is in, None between steps (a thread that
+        sleeps holding a lock a task then takes on the run's thread waits for a window the
+        blocked run cannot give: it lets itself loose, ``GatedWork._wait_turn``)."""
+        return self._steps if self._in_step else None
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._steps += 1
+        self._in_step = True
 
     def _answer(self, work: GatedWork, call: Callable[[], object]) -> object:
         """A callback the call's thread handed the run in its window (``GatedWork.calling_back``),
@@ -195,6 +208,7 @@ class ThreadGates(trio.abc.Instrument):
             trio.lowlevel.current_trio_token().run_sync_soon(_nothing)
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._in_step = False
         if self._after_step_of:
             for work in self._after_step_of.pop(task, ()):
                 if self._draw.random() < 0.5:
