@@ -257,11 +257,10 @@ def _bound(function: Callable[..., Any], values: dict[str, object]) -> Callable[
     """``function`` with ``values`` bound by keyword, keeping its markers and its async-ness."""
     bound = _Bound(function, **values)
     bound.__dict__.update(getattr(function, "__dict__", {}))  # pytestmark and other attributes
-    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
-        # what other plugins read of a test function (pytest-trio names its test task after it:
-        # every parametrised pytest-trio test failed "schedule 1", a blind user's)
-        if hasattr(function, name):
-            setattr(bound, name, getattr(function, name))
+    # pytest-trio names its test task after the function: every parametrised pytest-trio test
+    # failed "schedule 1" (a blind user's). Its name only: with its __module__ and __qualname__
+    # too, a parametrised thread test of a class was no longer traced as its module's code.
+    bound.__name__ = getattr(function, "__name__", "test")  # type: ignore[attr-defined]
     return bound
 
 
