@@ -101,10 +101,11 @@ class ThreadGates(trio.abc.Instrument):
     so the point is not a strategy's to move; but it is the same in every run of a seed, and so
     are the thread's writes among the steps and the step its result comes back in. A short
     ``time.sleep`` in the thread moves the ``MockClock`` on (``SLEEP_IN_STEP_S``); a longer one,
-    or a thread that parks, is set loose, counted as work out in a thread as before. A thread
-    that calls back into the run first (``trio.from_thread.run_sync``) waits until its answer is
-    there: after the step that runs its callback, or after the next step of the task that
-    callback woke (the caller's task, which runs what the thread asked for)."""
+    or a thread that parks, is set loose, counted as work out in a thread as before. A short
+    sleep, or a callback handed to the run before the result (``trio.from_thread.run_sync``),
+    ends the window; the next comes once the thread's answer is there (after the next step of
+    the task the callback woke: the caller's task, which runs what the thread asked for), right
+    then or between later batches of steps, as the run's seed draws (``_later``)."""
 
     def __init__(self, clock: trio.abc.Clock, seed: int = 0) -> None:
         self.clock = clock if isinstance(clock, trio.testing.MockClock) else None
