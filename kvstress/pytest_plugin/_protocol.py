@@ -104,7 +104,7 @@ def run_schedules(item: pytest.Function, nextitem: pytest.Item | None, run: Run)
         # last schedule's, 0.01 s for a test that explored for two minutes (a blind user's).
         report.duration = spent[report.when]
         ihook.pytest_runtest_logreport(report=report)
-    for report, call in zip(reports, calls, strict=True):
+    for report, call in zip(reports, calls, strict=False):  # a signal may cut a record short
         if _interactive(call, report):
             ihook.pytest_exception_interact(node=copy, call=call, report=report)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
@@ -135,6 +135,8 @@ def _once(
         # A signal's failure (pytest-timeout's alarm) that landed between two phases: the test
         # fails with it, as within one, instead of pytest's INTERNALERROR ending the session.
         del reports[1:], calls[1:]
+        if len(reports) < len(calls):  # it landed between the setup's call and its report
+            reports.append(ihook.pytest_runtest_makereport(item=copy, call=calls[0]))
         run.done = True
         phase("call", functools.partial(_raise, stopped))
     last = unbound is None and _final(reports, run, item)
