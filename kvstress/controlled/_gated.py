@@ -204,11 +204,8 @@ class GatedWork:
         lock this thread holds, as a fire-and-forget post made holding it leaves it)."""
         while not self._turn.acquire(timeout=ANSWER_LOOK_S):
             began = self._answer_began
-            if began is not None and time.perf_counter() - began >= ANSWER_STUCK_S:
-                with self._mutex:
-                    if self.state is WorkState.QUEUED:  # no turn given meanwhile
-                        self.state, self._real_sleep = WorkState.LOOSE, True
-                        break
+            if began is not None and time.perf_counter() - began >= ANSWER_STUCK_S and self._let_loose():
+                break
         self._segment = _Segment()
 
     def pause(self, seconds: float) -> bool:
@@ -239,11 +236,17 @@ class GatedWork:
             mark, now = mark_of(), time.perf_counter()
             if mark is None or mark != seen:
                 seen, since = mark, now
-            elif now - since >= STUCK_S:
-                with self._mutex:
-                    if self.state is WorkState.QUEUED:  # no turn given meanwhile
-                        self.state, self._real_sleep = WorkState.LOOSE, True
-                        return
+            elif now - since >= STUCK_S and self._let_loose():
+                return
+
+    def _let_loose(self) -> bool:
+        """In the thread, waiting for a turn the loop cannot give: run on loose, unless a turn
+        was given meanwhile (False: take it)."""
+        with self._mutex:
+            if self.state is not WorkState.QUEUED:
+                return False
+            self.state, self._real_sleep = WorkState.LOOSE, True
+            return True
 
     def _end_segment(self) -> None:
         """In the thread, at a scheduling point: how long it slept since its turn began."""
