@@ -428,9 +428,10 @@ class ThreadController:
         watch.look_for_new()
         if not watch:
             return False
-        until = time.monotonic() + OUTSIDE_WAIT_S
-        while watch.at_work() and time.monotonic() < until:
+        until, first = time.monotonic() + OUTSIDE_WAIT_S, True
+        while watch.at_work(first) and time.monotonic() < until:
             time.sleep(FOREIGN_POLL_S)
+            first = False
             if any(not t.finished and t.waiting is None for t in self.threads):
                 return True
         return any(not t.finished and t.waiting is None for t in self.threads)

@@ -12,12 +12,14 @@ it waits in real time, as a real loop's clock would run on meanwhile.
 
 "At work" is read from the kernel (Linux's ``/proc``; elsewhere no thread is ever seen at work,
 and time moves on as before): a thread is at work when it is running or runnable (state ``R``,
-or ``D``, in the kernel), or when it ran since it was last looked at and, given a moment in which
-the loop's thread does not hold the interpreter lock, runs again or stays runnable. A thread
-that waits on a lock, a condition, a queue, a selector or a sleep is parked: the kernel has put
-it to sleep and it takes no CPU time. A thread woken by the loop's last hand-off is runnable, or
-has run, so it is never taken for parked before it has done its work; one waiting for the
-interpreter lock takes it in that moment.
+or ``D``, in the kernel), or when it has run since it was last seen parked, until it has been
+seen to take no CPU time at all for ``STILL_S`` while the loop's thread waited without the
+interpreter lock. A thread that waits on a lock, a condition, a queue, a selector or a sleep is
+parked: the kernel has put it to sleep and it takes no CPU time. A thread that waits for the
+interpreter lock sleeps too, and takes no CPU time while the loop's thread runs steps: judged by
+two looks with steps between them, it read as parked with its work in hand (a correct pool's
+reset thread, then a lost wake-up, once in a CI run). Stillness counts only while the loop's thread
+waits, so such a thread takes the lock meanwhile, runs, and is seen.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ PARKED_STATES = frozenset(b"STtZXPI")
 dead, parked, idle). ``R`` (running or runnable) and ``D`` (in an uninterruptible wait: disk
 I/O, a device) count as at work."""
 
-GIL_MOMENT_S = 50e-6
-"""How long the loop's thread lets go of the interpreter lock to see whether a thread that ran
-since it was last looked at is still at work: one waiting for the lock is woken as it is let go,
-and is then runnable, or runs."""
+STILL_S = 5e-4
+"""How long a thread that has run must take no CPU time, while the loop's thread waits without
+the interpreter lock, before it counts as parked. One waiting for the lock gets it as soon as the
+loop's thread lets go, and runs; a few hundred microseconds also cover a wake-up the kernel is
+slow to show on a loaded machine."""
 
 _TASKS = "/proc/self/task"
 
@@ -92,15 +95,22 @@ def _sample(native_id: int) -> tuple[int, int] | None:
 class ThreadWatch:
     """The threads started since one loop was made, and what each last showed.
 
-    Invariant: ``_ran`` holds, per watched thread, the CPU time it had when last looked at; a
-    thread is dropped once it has ended (or let be). ``_known`` is every thread seen so far:
-    those alive as the loop was made are never watched (a pool of an earlier run, pytest's),
-    unless adopted (``adopting``).
+    Invariant: per watched thread, ``_ran`` holds the CPU time it had when last looked at,
+    ``_parked`` the CPU time it had when it was last found parked (absent: never, or it ran
+    since it was), and ``_still_for`` how long it has taken no CPU time while the loop's thread
+    waited without the interpreter lock (the time between looks with steps between them does
+    not count: a thread waiting for the lock takes no CPU time then either). A thread is
+    dropped once it has ended (or let be). ``_known`` is every thread seen so far: those alive
+    as the loop was made are never watched (a pool of an earlier run, pytest's), unless adopted
+    (``adopting``).
     """
 
     def __init__(self) -> None:
         self._threads: list[threading.Thread] = []
         self._ran: dict[threading.Thread, int] = {}
+        self._parked: dict[threading.Thread, int] = {}
+        self._still_for: dict[threading.Thread, float] = {}
+        self._looked: float | None = None  # real time of the last look
         self._enabled = watching_possible()
         self._known: set[threading.Thread] = (
             set(threading.enumerate()).difference(_adopted()) if self._enabled else set()
@@ -140,39 +150,46 @@ class ThreadWatch:
     def __bool__(self) -> bool:
         return bool(self._threads)
 
-    def at_work(self) -> bool:
-        """Whether a watched thread is working now (see the module's docstring). Costs two small
-        reads of ``/proc`` per watched thread, and a 50 us moment only when one ran since it was
-        last looked at."""
-        suspects = []
+    def at_work(self, first: bool = True) -> bool:
+        """Whether a watched thread is working now (see the module's docstring). ``first``: the
+        loop's thread may have run steps since the last look; ``first=False``: it has waited
+        without the interpreter lock since, and that wait counts toward a thread's stillness.
+        Costs two small reads of ``/proc`` per watched thread."""
+        now = time.perf_counter()
+        waited = 0.0 if first or self._looked is None else now - self._looked
+        self._looked = now
+        busy = False
         for thread in list(self._threads):
             if thread in GATED_THREADS:
-                self._threads.remove(thread)  # became a gated call's worker since the last look
+                self._forget(thread)  # became a gated call's worker since the last look
                 continue
             seen = _sample(thread.native_id) if thread.native_id is not None else None
             if seen is None or not thread.is_alive():
-                self._threads.remove(thread)
-                self._ran.pop(thread, None)
+                self._forget(thread)
                 continue
             state, ran = seen
-            if state not in PARKED_STATES:
-                self._ran[thread] = ran
-                return True
-            if self._ran.get(thread) != ran:
-                self._ran[thread] = ran
-                suspects.append(thread)
-        if not suspects:
-            return False
-        time.sleep(GIL_MOMENT_S)  # the interpreter lock is free meanwhile
-        for thread in suspects:
-            seen = _sample(thread.native_id) if thread.native_id is not None else None
-            if seen is None:
-                continue
-            state, ran = seen
-            if state not in PARKED_STATES or self._ran.get(thread) != ran:
-                self._ran[thread] = ran
-                return True
-        return False
+            moved = self._ran.get(thread) != ran
+            self._ran[thread] = ran
+            if state not in PARKED_STATES or moved:
+                self._parked.pop(thread, None)
+                self._still_for[thread] = 0.0
+                busy = True
+            elif self._parked.get(thread) == ran:
+                continue  # found parked before, and has not run since
+            else:
+                still = self._still_for.get(thread, 0.0) + waited
+                self._still_for[thread] = still
+                if still >= STILL_S:
+                    self._parked[thread] = ran
+                else:
+                    busy = True
+        return busy
+
+    def _forget(self, thread: threading.Thread) -> None:
+        self._threads.remove(thread)
+        self._ran.pop(thread, None)
+        self._parked.pop(thread, None)
+        self._still_for.pop(thread, None)
 
 
 def outside_threads_watched() -> bool:

@@ -586,9 +586,10 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         stopped by a finding, a limit, or before its cancelled tasks unwound) has its coroutine
         closed: dropped, it printed "coroutine ... was never awaited" at some later collection."""
         if not self.is_closed() and self._kv_watch:
-            began = time.perf_counter()
-            while self._kv_watch.at_work() and time.perf_counter() - began < SUBMITTED_WAIT_S:
+            began, first = time.perf_counter(), True
+            while self._kv_watch.at_work(first) and time.perf_counter() - began < SUBMITTED_WAIT_S:
                 time.sleep(FOREIGN_POLL_S)
+                first = False
         if not self.is_closed():
             self._kv_free_gates()
             self._kv_run_done_callbacks()
@@ -982,9 +983,10 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         try:
             while True:
                 waited = self._wait_for_threads(FOREIGN_POLL_S)  # one look's worth of real time
+                busy = watch.at_work(first=False)  # the wait counts toward a thread's stillness
                 if waited is not False:
                     return waited  # something came back, or the next timer is due
-                if not watch.at_work():
+                if not busy:
                     return None if self._kv_inbox else False
                 if time.perf_counter() - began > SUBMITTED_WAIT_S:
                     watch.let_be()
