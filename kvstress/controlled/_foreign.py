@@ -36,11 +36,12 @@ PARKED_STATES = frozenset(b"STtZXPI")
 dead, parked, idle). ``R`` (running or runnable) and ``D`` (in an uninterruptible wait: disk
 I/O, a device) count as at work."""
 
-STILL_S = 5e-4
+STILL_S = 2e-4
 """How long a thread that has run must take no CPU time, while the loop's thread waits without
-the interpreter lock, before it counts as parked. One waiting for the lock gets it as soon as the
-loop's thread lets go, and runs; a few hundred microseconds also cover a wake-up the kernel is
-slow to show on a loaded machine."""
+the interpreter lock, before it counts as parked: one waiting for the lock gets it as soon as the
+loop's thread lets go, and runs. Short, because a thread that wakes more often than this (a
+housekeeping thread's poll) reads as at work, and the idle loop waits for it in real time until
+it is let be (``SUBMITTED_WAIT_S``)."""
 
 _TASKS = "/proc/self/task"
 
