@@ -18,6 +18,8 @@ from pools.handoff_asyncio import (
     ThreadCoroutineResetHandoffPool,
     ThreadResetHandoffPool,
     ThreadSkipsResetPool,
+    ThreadSleepsLosesBlockPool,
+    ThreadSleepsResetHandoffPool,
 )
 from pools.self_pipe import (
     EdgeEpollPool,
@@ -295,7 +297,9 @@ def test_a_close_that_raises_is_a_crash() -> None:
 
 
 @pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
-@pytest.mark.parametrize("factory", [ThreadResetHandoffPool, ThreadCoroutineResetHandoffPool])
+@pytest.mark.parametrize(
+    "factory", [ThreadResetHandoffPool, ThreadCoroutineResetHandoffPool, ThreadSleepsResetHandoffPool]
+)
 @pytest.mark.parametrize(
     "scheduler", [RandomScheduler(seed=3), PCTScheduler(depth=3, seed=3)], ids=["random", "pct"]
 )
@@ -306,6 +310,16 @@ def test_a_reset_thread_of_the_pools_own_is_waited_for(factory: type, scheduler:
     check, and reported the block lost in milliseconds). Without the reset it is found."""
     result = search(config_for(factory), scheduler, max_executions=150)
     assert result.failure is None, result.failure.describe()
+
+
+@pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
+def test_a_reset_thread_that_sleeps_with_a_block_and_never_offers_it_is_found() -> None:
+    """The wait for an offer on its way (``expect_offer``) ends with the checks' settle time."""
+    result = search(
+        config_for(ThreadSleepsLosesBlockPool), RandomScheduler(seed=3), max_executions=50, shrink=False
+    )
+    assert result.failure is not None
+    assert result.failure.violation.invariant in ("lost-block", "lost-wakeup"), result.failure.describe()
 
 
 @pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")

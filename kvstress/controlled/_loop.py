@@ -207,6 +207,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_submit_lock = threading.Lock()
         self._kv_real: float | None = None  # while work is out in threads: real time last read
         self._kv_watch = ThreadWatch()  # threads started since this loop was made, watched at idle
+        self._kv_offers: list[tuple[Callable[[], bool], float]] = []  # (pending, until): expect_offer
         self._kv_foreign = False  # an idle loop is waiting for one of them now
         self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
@@ -602,6 +603,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_inbox.clear()
         self._kv_timers.clear()
         self._kv_origin.clear()
+        self._kv_offers.clear()
 
     def _kv_free_gates(self) -> None:
         """Let every call out to a thread still waiting for its turn run as it comes: the loop is
@@ -974,7 +976,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         came back; True: the next timer came due first; False: none is at work (or one has been
         for ``SUBMITTED_WAIT_S``: a thread that works for the pool's whole life is let be)."""
         watch = self._kv_watch
-        if not watch.at_work():
+        if not watch.at_work() and not self._kv_offers_due():
             # It may have handed its work back as it finished: run that before time moves.
             return None if self._kv_inbox else False
         self.thread_work_begins()
@@ -986,7 +988,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
                 busy = watch.at_work(first=False)  # the wait counts toward a thread's stillness
                 if waited is not False:
                     return waited  # something came back, or the next timer is due
-                if not busy:
+                if not busy and not self._kv_offers_due():
                     return None if self._kv_inbox else False
                 if time.perf_counter() - began > SUBMITTED_WAIT_S:
                     watch.let_be()
@@ -994,6 +996,23 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         finally:
             self._kv_foreign = False
             self._kv_follow_real()  # the real time up to now counts; then exact virtual time again
+
+    def expect_offer(self, pending: Callable[[], bool], within: float) -> None:
+        """A block released with its offer left to the code's own (the harness saw it RELEASING
+        as its release returned) comes back while ``pending()`` is True, for ``within`` more
+        virtual seconds at most: while a thread of the code's own is watched, an idle loop waits
+        for it in real time, virtual time following, as for a thread at work. Such a thread may
+        sleep with the block in hand (a short ``time.sleep`` to batch its resets): asleep in the
+        kernel, it read as parked, and time moved to a waiter's timeout without it."""
+        self._kv_offers.append((pending, self._kv_now + within))
+
+    def _kv_offers_due(self) -> bool:
+        """Whether an offer the harness expects (``expect_offer``) is still due, and in time."""
+        if not self._kv_offers:
+            return False
+        now = self._kv_now
+        self._kv_offers = [(due, until) for due, until in self._kv_offers if now < until and due()]
+        return bool(self._kv_offers)
 
     def _wait_for_parked(self) -> bool:
         """Wait up to ``foreign_patience`` real seconds for a parked thread of the code's own to

@@ -315,8 +315,32 @@ class Operations:
         is stamped, so a block seen offered was offered within the call."""
         if returned is True and self._state(handle) is BlockState.RELEASING:
             self.deferring = True
+            self._on_its_way(handle)
             return {"deferred": True}
         return {}
+
+    def _on_its_way(self, handle: Any) -> None:
+        """Tell the controlled event loop running this release, if any, that its block is on its
+        way back for up to ``settle`` (the time the checks give such an offer) while the block
+        reads RELEASING: a thread of the pool's own that zeroes it may sleep meanwhile (a 1 ms
+        ``time.sleep`` to batch), asleep in the kernel with the block in hand, and the idle
+        loop moved virtual time to a waiter's timeout without it (a correct pool's
+        ``lost-wakeup``, a blind user's)."""
+        try:
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        expect = getattr(loop, "expect_offer", None)
+        if callable(expect):
+
+            def pending() -> bool:
+                with contextlib.suppress(Exception):
+                    return bool(handle.state == BlockState.RELEASING)
+                return False
+
+            expect(pending, self.timing.settle)
 
     def _away(self, free_ids: list[int]) -> set[int]:
         """Blocks nobody holds that are not in the free queue ``free_ids``."""

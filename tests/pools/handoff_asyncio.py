@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -171,6 +172,24 @@ class ThreadResetHandoffPool(HandoffPool):
     def _back(self, block: Block) -> None:
         block.state = BlockState.FREE
         self._offer(block)
+
+
+class ThreadSleepsResetHandoffPool(ThreadResetHandoffPool):
+    """Correct, as ``ThreadResetHandoffPool``, its reset thread sleeping 1 ms of real time before
+    it zeroes (to batch, say): asleep in the kernel with the block in hand, it read as parked,
+    and the idle loop moved virtual time to a waiter's timeout without it (a blind user's)."""
+
+    def _zeroed(self, loop: asyncio.AbstractEventLoop, block: Block) -> None:
+        time.sleep(0.001)
+        super()._zeroed(loop, block)
+
+
+class ThreadSleepsLosesBlockPool(ThreadSleepsResetHandoffPool):
+    """As ``ThreadSleepsResetHandoffPool``, but the thread never offers a block it slept over
+    (BUG): the wait for an offer on its way is bounded, and the block is found lost."""
+
+    def _zeroed(self, loop: asyncio.AbstractEventLoop, block: Block) -> None:
+        time.sleep(0.001)
 
 
 class ThreadCoroutineResetHandoffPool(ThreadResetHandoffPool):
