@@ -32,6 +32,11 @@ from pools.self_pipe import (
     SocketPairPool,
 )
 from pools.tiny import TinyCheckThenPollPool, TinyPool, TinyResetAfterOfferPool
+from pools.trio_reset_thread import (
+    TrioNappingResetThreadPool,
+    TrioResetThreadPool,
+    TrioResetThreadWakesNoonePool,
+)
 
 from kvstress import AsyncBlockPool, BlockState, ThreadedBlockPool
 from kvstress.controlled._foreign import watching_possible
@@ -310,6 +315,30 @@ def test_a_reset_thread_of_the_pools_own_is_waited_for(factory: type, scheduler:
     check, and reported the block lost in milliseconds). Without the reset it is found."""
     result = search(config_for(factory), scheduler, max_executions=150)
     assert result.failure is None, result.failure.describe()
+
+
+@pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
+@pytest.mark.parametrize(
+    "factory", [TrioResetThreadPool, TrioNappingResetThreadPool], ids=lambda f: f.__name__
+)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_reset_thread_of_a_trio_pools_own_is_waited_for(factory: type, seed: int) -> None:
+    """A thread of the pool's own that zeroes a released block and hands it back with
+    ``run_sync_soon`` is waited for while the block reads RELEASING (``expect_offer``): the run's
+    clock jumped to a waiter's timeout, and past settle, without it, on every seed."""
+    result = search(config_for(factory, backend="trio"), RandomScheduler(seed=seed), max_executions=60)
+    assert result.failure is None, result.failure.describe()
+
+
+@pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
+def test_a_trio_reset_thread_whose_offer_wakes_no_one_is_a_lost_wakeup() -> None:
+    result = search(
+        config_for(TrioResetThreadWakesNoonePool, backend="trio"),
+        RandomScheduler(seed=0),
+        max_executions=300,
+        shrink=False,
+    )
+    assert result.failure is not None and result.failure.violation.invariant == "lost-wakeup"
 
 
 @pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")

@@ -382,6 +382,18 @@ def _mock_clock() -> Any:
     return clock if isinstance(clock, trio.testing.MockClock) else None
 
 
+def offer_host() -> Any | None:
+    """What runs the caller's run and takes ``expect_offer``: the controlled asyncio loop, or the
+    seeded trio run's ``ThreadGates``; None elsewhere (a thread, a stock loop)."""
+    try:
+        host: Any = asyncio.get_running_loop()
+    except RuntimeError:
+        token = _trio_token()
+        with _lock:
+            host = _trio_gates.get(token) if token is not None else None
+    return host if host is not None and callable(getattr(host, "expect_offer", None)) else None
+
+
 def _trio_token() -> object | None:
     trio = sys.modules.get("trio")
     if trio is None:

@@ -38,6 +38,7 @@ import trio.testing
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from kvstress.controlled._foreign import ThreadWatch
 from kvstress.controlled._gated import GatedWork, Why, WorkState
 from kvstress.controlled._loop import CREEP_AFTER
 from kvstress.controlled._thread_work import (
@@ -94,6 +95,11 @@ SLEEP_IN_STEP_S = 0.002
 an explored test's timers are allowed, ``LATE_WINDOW``). A longer one sets the call loose."""
 
 
+OFFER_POLL_S = 2e-4
+"""Real seconds an idle trio run waits between two looks at an offer on its way back
+(``ThreadGates.expect_offer``)."""
+
+
 class ThreadGates(trio.abc.Instrument):
     """Calls out to threads (``trio.to_thread.run_sync``, anyio's on trio) run at a fixed point
     of the run: right after the task step that handed them over, the run waiting while the
@@ -120,14 +126,50 @@ class ThreadGates(trio.abc.Instrument):
         self._steps = 0  # task steps begun (``_mark``)
         self._in_step = False
         self._draw = random.Random(seed ^ _DRAWS)
+        self._offers: list[tuple[Callable[[], bool], float]] = []  # (pending, until): expect_offer
+        self._watch: ThreadWatch | None = None
 
     def before_run(self) -> None:
         self._draw = random.Random(self._seed ^ _DRAWS)  # the same draws in every run of the seed
         self.token = trio.lowlevel.current_trio_token()
+        self._watch = ThreadWatch()  # the threads the code starts from now on
         trio_gates_open(self.token, self)
+
+    def expect_offer(self, pending: Callable[[], bool], within: float) -> None:
+        """A block released with its offer left to the code's own (the harness saw it RELEASING
+        as its release returned) comes back while ``pending()`` is True, for ``within`` more
+        seconds of the run's clock at most. Where the code has started a thread of its own, the
+        run counts the offer as work out in a thread meanwhile (its clock runs with real time,
+        and does not jump to the next deadline): such a thread zeroes the block and hands it
+        back with ``run_sync_soon`` or ``from_thread``, and the idle run had jumped to a waiter's
+        timeout, and past the checks' settle time, without it (correct pools reported on every
+        seed, a blind user's). Without such a thread, the offer is a task's, on the run's clock."""
+        watch = self._watch
+        if watch is None or self.clock is None:
+            return
+        watch.look_for_new()
+        if not watch:
+            return
+        if not self._offers:
+            trio_work_out(self.token, +1)
+        self._offers.append((pending, self.clock.current_time() + within))
+
+    def _offers_due(self) -> bool:
+        """Whether an offer ``expect_offer`` was told of is still due, and in time; the last one
+        done counts the run's work back."""
+        if not self._offers or self.clock is None:
+            return False
+        now = self.clock.current_time()
+        self._offers = [(due, until) for due, until in self._offers if now < until and due()]
+        if not self._offers:
+            trio_work_out(self.token, -1)
+        return bool(self._offers)
 
     def after_run(self) -> None:
         trio_gates_open(self.token, None)
+        if self._offers:
+            self._offers.clear()
+            trio_work_out(self.token, -1)
         waiting = [work for works in self._after_step_of.values() for work in works]
         later = [work for work, _ in self._after_batch]
         for work in (*self._handed, *later, *waiting):  # left at their gates
@@ -198,7 +240,15 @@ class ThreadGates(trio.abc.Instrument):
         scheduling point (the run's clock moved by the sleep, so its deadlines have fired). One
         still asleep after that wakes the run at once, so that it does not wait for I/O, nor
         take itself for idle and jump its clock to the next deadline, while the call has work
-        left at the time it is at."""
+        left at the time it is at. An offer on its way (``expect_offer``) is waited for in real
+        time while the run is idle, a poll at a time, the run woken after each."""
+        if self._offers and timeout > 0:
+            if self._offers_due():
+                time.sleep(OFFER_POLL_S)  # the clock runs with real time meanwhile
+                self._offers_due()
+            # Woken at once either way: to look again, or to wait anew on the clock as it is
+            # now (the timeout trio waits out was reckoned in real time while the offer was due).
+            trio.lowlevel.current_trio_token().run_sync_soon(_nothing)
         if not self._after_batch:
             return
         due = [work for work, batches in self._after_batch if not batches]

@@ -25,6 +25,7 @@ from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled._coop import excused_seconds
 from kvstress.controlled._foreign import outside_threads_watched
+from kvstress.controlled._thread_work import offer_host
 from kvstress.harness._cpu import excused_wall_seconds, thread_cpu_without_gc
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
@@ -320,27 +321,22 @@ class Operations:
         return {}
 
     def _on_its_way(self, handle: Any) -> None:
-        """Tell the controlled event loop running this release, if any, that its block is on its
-        way back for up to ``settle`` (the time the checks give such an offer) while the block
-        reads RELEASING: a thread of the pool's own that zeroes it may sleep meanwhile (a 1 ms
-        ``time.sleep`` to batch), asleep in the kernel with the block in hand, and the idle
-        loop moved virtual time to a waiter's timeout without it (a correct pool's
-        ``lost-wakeup``, a blind user's)."""
-        try:
-            import asyncio
-
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        """Tell the controlled run this release ran in (an asyncio loop's, a trio run's), if any,
+        that its block is on its way back for up to ``settle`` (the time the checks give such an
+        offer) while the block reads RELEASING: a thread of the pool's own that zeroes it may
+        sleep meanwhile (a 1 ms ``time.sleep`` to batch), asleep in the kernel with the block in
+        hand, and the idle run moved virtual time to a waiter's timeout without it (correct
+        pools' ``lost-wakeup`` and ``lost-block``, a blind user's, on asyncio and on trio)."""
+        host = offer_host()
+        if host is None:
             return
-        expect = getattr(loop, "expect_offer", None)
-        if callable(expect):
 
-            def pending() -> bool:
-                with contextlib.suppress(Exception):
-                    return bool(handle.state == BlockState.RELEASING)
-                return False
+        def pending() -> bool:
+            with contextlib.suppress(Exception):
+                return bool(handle.state == BlockState.RELEASING)
+            return False
 
-            expect(pending, self.timing.settle)
+        host.expect_offer(pending, self.timing.settle)
 
     def _away(self, free_ids: list[int]) -> set[int]:
         """Blocks nobody holds that are not in the free queue ``free_ids``."""

@@ -1,0 +1,95 @@
+"""trio pools whose released blocks are zeroed by a thread of the pool's own, fed by a
+``queue.SimpleQueue``, which hands each back with the run's ``TrioToken.run_sync_soon``; a
+waiter parks in a ``ParkingLot`` and takes the block the offer left it.
+
+The seeded trio run's clock jumped to a waiter's timeout, and past the checks' settle time,
+while the thread had the block in hand: correct pools of this design were reported on every
+seed (``lost-block``, ``lost-wakeup``, a blind user's), and their buggy twins the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+import weakref
+from typing import Any
+
+import trio
+
+from kvstress import BlockState
+from kvstress.mutants import Block
+from kvstress.mutants._block import seconds
+from kvstress.mutants._ledger import BlockLedger
+
+
+class TrioResetThreadPool(BlockLedger):
+    """Correct: the thread zeroes the block, then offers it on the run."""
+
+    backoff_bound = 0.0
+    backends = ("trio",)
+    nap = 0.0  # real seconds the thread sleeps before it zeroes
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lot = trio.lowlevel.ParkingLot()
+        self._jobs: queue.SimpleQueue[tuple[trio.lowlevel.TrioToken, Block] | None] = queue.SimpleQueue()
+        threading.Thread(target=_reset_worker, args=(weakref.ref(self), self._jobs), daemon=True).start()
+        weakref.finalize(self, self._jobs.put, None).atexit = False
+
+    async def acquire(self, timeout: float | None = None) -> Block | None:
+        timeout = seconds(timeout)
+        with trio.move_on_after(float("inf") if timeout is None else timeout):
+            while not self._free:
+                if timeout == 0:
+                    return None
+                await self._lot.park()
+            return self._taken(self._free.popleft())
+        return None
+
+    async def release(self, block: Block) -> bool:
+        if not self._last_reference(block):
+            return False
+        self._jobs.put((trio.lowlevel.current_trio_token(), block))
+        return True
+
+    def _in_thread(self, token: trio.lowlevel.TrioToken, block: Block) -> None:
+        if self.nap:
+            time.sleep(self.nap)
+        self._reset(block)
+        token.run_sync_soon(self._offer, block)
+
+    def _offer(self, block: Block) -> None:
+        block.state = BlockState.FREE
+        self._free.append(block)
+        self._lot.unpark()
+
+
+class TrioNappingResetThreadPool(TrioResetThreadPool):
+    """Correct, as ``TrioResetThreadPool``; its thread sleeps 1 ms before it zeroes (to batch)."""
+
+    nap = 0.001
+
+
+class TrioResetThreadWakesNoonePool(TrioResetThreadPool):
+    """The offer queues the block and wakes no waiter (BUG): a parked acquire waits on."""
+
+    expected = ("lost-wakeup",)
+
+    def _offer(self, block: Block) -> None:
+        block.state = BlockState.FREE
+        self._free.append(block)
+
+
+def _reset_worker(
+    pool_ref: weakref.ref[TrioResetThreadPool],
+    jobs: queue.SimpleQueue[tuple[trio.lowlevel.TrioToken, Block] | None],
+) -> None:
+    while (job := jobs.get()) is not None:
+        pool = pool_ref()
+        if pool is None:
+            return
+        with contextlib.suppress(trio.RunFinishedError):  # the run ended as it zeroed the block
+            pool._in_thread(*job)
+        del pool
