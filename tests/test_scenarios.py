@@ -21,6 +21,7 @@ from pools.handoff_asyncio import (
     ThreadSleepsLosesBlockPool,
     ThreadSleepsResetHandoffPool,
 )
+from pools.own_thread_raises import ResetThreadRaisesPool
 from pools.self_pipe import (
     EdgeEpollPool,
     EpollPool,
@@ -799,3 +800,16 @@ def test_a_pool_with_work_always_out_in_a_thread_is_clean(seed: int) -> None:
 
     result = search(config_for(ExecutorCompactorPool), PCTScheduler(seed=seed), max_executions=40)
     assert result.failure is None, result.failure.describe()
+
+
+def test_what_a_thread_the_pool_started_raises_is_a_crash_with_its_schedule() -> None:
+    """It went up through the search (and ended a fuzzing child, reported as the pool having
+    ended the process, with nothing to replay)."""
+    config = config_for(ResetThreadRaisesPool)
+    result = search(config, RandomScheduler(seed=0), max_executions=50, shrink=False)
+    assert result.failure is not None
+    violation = result.failure.violation
+    assert violation.invariant == "crash", result.failure.describe()
+    assert "a thread the pool started raised RuntimeError: the reset thread gave up" in violation.message
+    again = replay(config, result.failure.schedule)
+    assert again is not None and again.violation.invariant == "crash"

@@ -257,6 +257,12 @@ def run_execution(
         raise
     except ControlledLoopError as error:
         record.failure = as_violation(error, record, config)
+    except Exception as error:
+        # Raised in a thread the pool started, which the run controls as one of its own (an
+        # allocator thread whose check and pop fell apart): a crash of this execution, with its
+        # schedule. It went up through the search and ended a fuzzing child, reported as the
+        # pool having ended the process, with no schedule to replay (a blind user's).
+        record.failure = crash_of(error, config, "a thread the pool started")
     finally:
         if record.ops is not None:
             record.ops.close_unstarted()
