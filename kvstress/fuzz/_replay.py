@@ -291,11 +291,14 @@ def _replay_crash(report: Mapping[str, Any], config: Mapping[str, Any]) -> Repla
         if result.death is not None:  # a crash still: the pool's MemoryError may come as a kill
             return ReplayOutcome("crash", 1, 1, f"{again} died: {result.death.how}")
         return ReplayOutcome("crash", 1, 0, f"{again} found {found or 'nothing'}")
-    said = f"crash ({recorded})"
+    # "reproduced: crash (SIGSEGV)" says how it died again; a verdict that it did not keeps the
+    # recorded death to its note: "not reproduced: crash (exit 1)" beside the replay's own exit
+    # status 0 read as a contradiction (a blind user's).
+    was = f"the run had died: {recorded}"
     if result.death is not None:
         if result.death.how == recorded:
-            return ReplayOutcome(said, 1, 1, f"{again} died the same way")
-        return ReplayOutcome(said, 1, 0, f"{again} died differently: {result.death.how}")
+            return ReplayOutcome(f"crash ({recorded})", 1, 1, f"{again} died the same way")
+        return ReplayOutcome("crash", 1, 0, f"{again} died differently: {result.death.how} ({was})")
     if found is not None:
-        return ReplayOutcome(said, 1, 0, f"{again} found {found} before any crash")
-    return ReplayOutcome(said, 1, 0, f"{again} did not die")
+        return ReplayOutcome("crash", 1, 0, f"{again} found {found} before any crash ({was})")
+    return ReplayOutcome("crash", 1, 0, f"{again} did not die ({was})")

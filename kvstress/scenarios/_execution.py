@@ -25,7 +25,7 @@ import anyio
 import torch
 
 from kvstress import _flight, checkers
-from kvstress._blame import internal_error, raised_in_kvstress
+from kvstress._blame import InternalError, internal_error, raised_in_kvstress
 from kvstress._checks import check_block_shape, check_num_blocks
 from kvstress._format import error_text
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
@@ -54,6 +54,7 @@ from kvstress.harness._scenarios import Scenarios, first_violation, speaks_anyio
 from kvstress.linearize import LinearizabilityResult, check_history
 from kvstress.scenarios._programs import TIMEOUTS, Scenario, draw
 from kvstress.schedulers import Scheduler
+from kvstress.schedulers._errors import ScheduleDivergence
 
 VIRTUAL_TIMING = TimingPolicy(slack=1e-6, early_tolerance=1e-6, early_ratio=0.0, virtual=True)
 """Timing checks on the virtual clock: exact but for float rounding."""
@@ -257,6 +258,8 @@ def run_execution(
         raise
     except ControlledLoopError as error:
         record.failure = as_violation(error, record, config)
+    except (ScheduleDivergence, InternalError):
+        raise
     except Exception as error:
         # Raised in a thread the pool started, which the run controls as one of its own (an
         # allocator thread whose check and pop fell apart): a crash of this execution, with its
