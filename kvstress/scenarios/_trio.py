@@ -130,7 +130,16 @@ def _run_abandonable(run: Callable[[], bool], guard: _Guard, config: ScenarioCon
         )
     except Abandoned:
         guard.park()
+        # Not a guess at the cause: a shielded wait is one, a call into a thread that trio
+        # cannot abandon on cancel another (a blind user's pool had no shield, and was told so).
+        if guard.idle_forever.is_set():
+            raise Deadlock(
+                "the trio run is blocked for good: every task waits, no deadline is left, and the "
+                "run's own time limit did not end them (a wait cancellation cannot reach: a "
+                "shielded scope, or a call out to a thread that is not abandoned on cancel); its "
+                "thread is abandoned"
+            ) from None
         raise Deadlock(
-            "the trio run is blocked for good: every task waits, no deadline is left, and a "
-            "shielded wait keeps cancellation out (its thread is abandoned)"
+            f"the trio run did not finish within {config.stall_timeout:g} s of real time, nor "
+            "end when cancelled; its thread is abandoned"
         ) from None
