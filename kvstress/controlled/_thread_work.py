@@ -233,13 +233,8 @@ def _gated_call(
     if not args or not callable(args[0]):
         return None
     library = getattr(real, "__module__", "").partition(".")[0]
-    try:
-        host: Any = asyncio.get_running_loop()
-    except RuntimeError:
-        token = _trio_token()
-        with _lock:
-            host = _trio_gates.get(token) if token is not None else None
-    if host is None or not callable(getattr(host, "gated_work", None)):
+    host = run_host("gated_work")
+    if host is None:
         return None
     from kvstress.controlled._gated import call_name
 
@@ -382,16 +377,17 @@ def _mock_clock() -> Any:
     return clock if isinstance(clock, trio.testing.MockClock) else None
 
 
-def offer_host() -> Any | None:
-    """What runs the caller's run and takes ``expect_offer``: the controlled asyncio loop, or the
-    seeded trio run's ``ThreadGates``; None elsewhere (a thread, a stock loop)."""
+def run_host(member: str) -> Any | None:
+    """What runs the caller's controlled run, where it has ``member`` (``gated_work``,
+    ``expect_offer``): the controlled asyncio loop, or the seeded trio run's ``ThreadGates``; None
+    elsewhere (a thread, a stock loop)."""
     try:
         host: Any = asyncio.get_running_loop()
     except RuntimeError:
         token = _trio_token()
         with _lock:
             host = _trio_gates.get(token) if token is not None else None
-    return host if host is not None and callable(getattr(host, "expect_offer", None)) else None
+    return host if host is not None and callable(getattr(host, member, None)) else None
 
 
 def _trio_token() -> object | None:

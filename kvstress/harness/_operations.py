@@ -25,7 +25,7 @@ from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.controlled._coop import excused_seconds
 from kvstress.controlled._foreign import outside_threads_watched
-from kvstress.controlled._thread_work import offer_host
+from kvstress.controlled._thread_work import run_host
 from kvstress.harness._cpu import excused_wall_seconds, thread_cpu_without_gc
 from kvstress.harness._history import History
 from kvstress.harness._ledger import Ledger
@@ -327,7 +327,7 @@ class Operations:
         sleep meanwhile (a 1 ms ``time.sleep`` to batch), asleep in the kernel with the block in
         hand, and the idle run moved virtual time to a waiter's timeout without it (correct
         pools' ``lost-wakeup`` and ``lost-block``, a blind user's, on asyncio and on trio)."""
-        host = offer_host()
+        host = run_host("expect_offer")
         if host is None:
             return
 
