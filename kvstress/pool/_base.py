@@ -203,7 +203,7 @@ class PoolBase:
             self._core.leaks.scan(now)
         return self._handle(block_id)
 
-    def _handed_out_many(self, block_ids: list[int], now: float) -> BlockBatch:
+    def _handed_out_many(self, block_ids: Sequence[int], now: float) -> BlockBatch:
         """``_handed_out`` for a batch the core just handed out: one leak scan, one stream wait
         per distinct reset event, one handle per block."""
         core, storage = self._core, self._storage
@@ -231,7 +231,7 @@ class PoolBase:
             raise ValueError(f"block must be a Block handed out by this pool, got {block!r}")
         return block.id, block.generation
 
-    def _unwrap_many(self, blocks: Sequence[Block]) -> tuple[list[int], list[int]]:
+    def _unwrap_many(self, blocks: Sequence[Block]) -> tuple[Sequence[int], Sequence[int]]:
         """The ids and the generations of the blocks; raises, as ``_unwrap``, before anything
         changes."""
         core, count = self._core, len(blocks)
@@ -245,7 +245,7 @@ class PoolBase:
         pairs = [self._unwrap(block) for block in blocks]
         return [i for i, _ in pairs], [g for _, g in pairs]
 
-    def _returned(self, block_ids: list[int], steps: list[ReleaseStep]) -> list[int]:
+    def _returned(self, block_ids: Sequence[int], steps: list[ReleaseStep]) -> Sequence[int]:
         """The blocks a batched release returned (``block_ids`` itself when it returned them
         all); each double release is logged."""
         if steps.count(ReleaseStep.LAST) == len(steps):

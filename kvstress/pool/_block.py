@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -70,14 +71,16 @@ class BlockBatch(list[Block]):
 
     __slots__ = ("_core", "_gens", "_handles", "_ids")
 
-    def __init__(self, core: PoolCore, handles: list[Block], block_ids: list[int], generation: int) -> None:
+    def __init__(
+        self, core: PoolCore, handles: list[Block], block_ids: Sequence[int], generation: int
+    ) -> None:
         super().__init__(handles)
         self._core = core
         self._handles = handles  # the batch as made: never handed to anyone else
         self._ids = block_ids
         self._gens = [generation] * len(block_ids)
 
-    def kept(self, core: PoolCore) -> tuple[list[int], list[int]] | None:
+    def kept(self, core: PoolCore) -> tuple[Sequence[int], list[int]] | None:
         """The kept ids and generations, where the list is unchanged and from ``core``'s pool."""
         if self._core is core and self == self._handles:  # identity per element: one C pass
             return self._ids, self._gens

@@ -16,6 +16,7 @@ Invariants, between two calls:
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from enum import Enum
 
 from kvstress._errors import InvalidTransition
@@ -36,14 +37,24 @@ _HELD_BYTES = bytes([_ACQUIRED, _IN_USE])
 _ONE = array("i", [1])
 
 
-def _is_run(block_ids: list[int]) -> bool:
-    """Whether the ids are consecutive and ascending (a batch freed together comes back so)."""
-    if not block_ids:
-        return False
-    first = block_ids[0]
-    return block_ids[-1] - first == len(block_ids) - 1 and block_ids == list(
-        range(first, first + len(block_ids))
-    )
+def as_run(block_ids: Sequence[int]) -> Sequence[int]:
+    """The ids as a ``range`` where they are consecutive and ascending (a batch freed together
+    comes back so), else as they are. A ``range`` is how the core says "a run": the batch calls
+    then change its blocks by slices, one operation per array instead of one per block."""
+    if type(block_ids) is range or not block_ids:
+        return block_ids
+    first, count = block_ids[0], len(block_ids)
+    if block_ids[-1] - first == count - 1 and block_ids == list(range(first, first + count)):
+        return range(first, first + count)
+    return block_ids
+
+
+def _as_generations(gens: Sequence[int]) -> array[int]:
+    """``gens`` as an array, to compare with a slice of the generations (a batch's one
+    generation repeated, without a conversion per element)."""
+    if gens and gens.count(gens[0]) == len(gens):
+        return array("Q", [gens[0]]) * len(gens)
+    return array("Q", gens)
 
 
 class ReleaseStep(Enum):
@@ -62,6 +73,7 @@ class PoolCore:
 
     __slots__ = (
         "_head",
+        "_ids",
         "_ring",
         "_ring_len",
         "_state",
@@ -84,6 +96,7 @@ class PoolCore:
         self.generations = array("Q", bytes(8 * num_blocks))  # 64 bits: never wraps
         self.tenancies = 0  # acquires so far (a batch counts once): the next generation
         self._ring = array("q", range(num_blocks))
+        self._ids = array("q", range(num_blocks))  # every id in order: a run's ids are a slice
         self._head = 0
         self._ring_len = num_blocks
         self.free_count = num_blocks
@@ -114,35 +127,48 @@ class PoolCore:
         self.leaks.on_acquire(block_id, now, holder)
         return block_id
 
-    def take_many(self, n: int, now: float, holder: object) -> list[int] | None:
+    def take_many(self, n: int, now: float, holder: object) -> Sequence[int] | None:
         """Hand out ``n`` free blocks at once, each as ``take`` would; None, with nothing changed,
-        when fewer than ``n`` are free (all or nothing). The counters move once for the batch."""
+        when fewer than ``n`` are free (all or nothing). The counters move once for the batch.
+        The ids come as a ``range`` where they are a run (see ``as_run``), else as a list."""
         if self.free_count < n:
             return None
         block_ids = self._pop_free(n)
-        run = n > 0 and self._take_run(block_ids)
-        if not run:
-            state, refcount, generations = self._state, self.refcount, self.generations
-            tenancy = self.tenancies + 1
+        tenancy = self.tenancies + 1
+        state = self._state
+        if type(block_ids) is range and state.count(_FREE, block_ids.start, block_ids.stop) == n:
+            first, end = block_ids.start, block_ids.stop
+            state[first:end] = _ACQUIRED_BYTE * n
+            self.refcount[first:end] = _ONE * n
+            self.generations[first:end] = array("Q", [tenancy]) * n
+        else:
+            refcount, generations = self.refcount, self.generations
             for block_id in block_ids:
                 if state[block_id] != _FREE:
                     raise self._refused(block_id, _FREE, _ACQUIRED, "acquire_many")
                 state[block_id] = _ACQUIRED
                 refcount[block_id] = 1
                 generations[block_id] = tenancy
-        self.tenancies += 1
+        self.tenancies = tenancy
         self.free_count -= n
         self.held += n
-        self.leaks.on_acquire_many(block_ids, now, holder, run=run)
+        self.leaks.on_acquire_many(block_ids, now, holder)
         return block_ids
 
-    def _pop_free(self, n: int) -> list[int]:
-        """The next ``n`` ids of the free queue, removed from it (at most two slices of the ring)."""
+    def _pop_free(self, n: int) -> Sequence[int]:
+        """The next ``n`` ids of the free queue, removed from it (at most two slices of the ring):
+        a ``range`` where they are a run, a list otherwise."""
         head, size, ring = self._head, self.num_blocks, self._ring
         end = head + n
-        block_ids = (
-            ring[head:end].tolist() if end <= size else ring[head:].tolist() + ring[: end - size].tolist()
-        )
+        if end <= size:
+            taken = ring[head:end]
+            first = taken[0] if n else 0
+            if n and first + n <= size and taken == self._ids[first : first + n]:
+                block_ids: Sequence[int] = range(first, first + n)
+            else:
+                block_ids = taken.tolist()
+        else:
+            block_ids = ring[head:].tolist() + ring[: end - size].tolist()
         self._head = end if end < size else end - size
         self._ring_len -= n
         return block_ids
@@ -155,22 +181,21 @@ class PoolCore:
             raise self._refused(block_id, _ACQUIRED, _IN_USE, "mark_in_use")
         self._state[block_id] = _IN_USE
 
-    def mark_in_use_many(self, block_ids: list[int], gens: list[int]) -> None:
+    def mark_in_use_many(self, block_ids: Sequence[int], gens: Sequence[int]) -> None:
         """``mark_in_use`` for each block (of generation ``gens[i]``), all or nothing: where any
         block is not ACQUIRED by that tenant, or is listed twice, raises as ``mark_in_use`` would
         (the first such block) and changes no state."""
         count = len(block_ids)
         if not count:
             return
-        first, state = block_ids[0], self._state
-        end = first + count
-        if (  # the hot path: a run (no id twice), all ACQUIRED, all of the batch's tenancy
-            _is_run(block_ids)
-            and state.count(_ACQUIRED, first, end) == count
-            and self.generations[first:end] == array("Q", gens)
-        ):
-            state[first:end] = _IN_USE_BYTE * count
-            return
+        state, run = self._state, as_run(block_ids)
+        if type(run) is range:  # the hot path: a run (no id twice), all ACQUIRED, one tenancy
+            first, end = run.start, run.stop
+            if state.count(_ACQUIRED, first, end) == count and self.generations[first:end] == _as_generations(
+                gens
+            ):
+                state[first:end] = _IN_USE_BYTE * count
+                return
         seen: set[int] = set()
         for block_id, generation in zip(block_ids, gens, strict=True):
             self._check_tenant(block_id, generation, "mark_in_use_many")
@@ -227,13 +252,16 @@ class PoolCore:
         self._ring_len += 1
         self.free_count += 1
 
-    def begin_release_many(self, block_ids: list[int], gens: list[int], now: float) -> list[ReleaseStep]:
+    def begin_release_many(
+        self, block_ids: Sequence[int], gens: Sequence[int], now: float
+    ) -> list[ReleaseStep]:
         """``begin_release`` for each block (of generation ``gens[i]``) in order, in one pass: the
         steps, and the leak tracker told once about every block whose last reference went."""
-        if block_ids and self._release_run(block_ids, gens):
-            self.held -= len(block_ids)
-            self.leaks.on_release_many(block_ids, now, run=True)
-            return [_LAST] * len(block_ids)
+        run = as_run(block_ids)
+        if type(run) is range and self._release_run(run, gens):
+            self.held -= len(run)
+            self.leaks.on_release_many(run, now)
+            return [_LAST] * len(run)
         state, refcount, generations = self._state, self.refcount, self.generations
         steps: list[ReleaseStep] = []
         last: list[int] = []
@@ -258,13 +286,15 @@ class PoolCore:
         self.leaks.on_release_many(last, now)
         return steps
 
-    def finish_release_many(self, block_ids: list[int]) -> None:
+    def finish_release_many(self, block_ids: Sequence[int]) -> None:
         """``finish_release`` for a batch, queued in order (one slice of the ring where it fits)."""
         state, count, size = self._state, len(block_ids), self.num_blocks
-        first = block_ids[0] if block_ids else 0
-        if _is_run(block_ids) and state.count(_RELEASING, first, first + count) == count:
-            state[first : first + count] = bytes(count)  # all FREE at once
+        run = as_run(block_ids)
+        if type(run) is range and state.count(_RELEASING, run.start, run.stop) == count:
+            state[run.start : run.stop] = bytes(count)  # all FREE at once
+            ids = self._ids[run.start : run.stop]
         else:
+            ids = array("q", block_ids)
             for block_id in block_ids:
                 if state[block_id] != _RELEASING:
                     raise self._refused(block_id, _RELEASING, _FREE, "offer")
@@ -272,38 +302,25 @@ class PoolCore:
         tail = self._head + self._ring_len
         tail = tail if tail < size else tail - size
         if tail + count <= size:
-            self._ring[tail : tail + count] = array("q", block_ids)
+            self._ring[tail : tail + count] = ids
         else:
             split = size - tail
-            self._ring[tail:] = array("q", block_ids[:split])
-            self._ring[: count - split] = array("q", block_ids[split:])
+            self._ring[tail:] = ids[:split]
+            self._ring[: count - split] = ids[split:]
         self._ring_len += count
         self.free_count += count
 
     # -- batches over a run of consecutive ids: one slice operation per array --------------
 
-    def _take_run(self, block_ids: list[int]) -> bool:
-        """Hand out consecutive FREE blocks by slices; False, changing nothing, where the ids
-        are not one run or a block is not FREE (the loop decides)."""
-        count, first = len(block_ids), block_ids[0]
-        end = first + count
-        if not _is_run(block_ids) or self._state.count(_FREE, first, end) != count:
-            return False
-        self._state[first:end] = _ACQUIRED_BYTE * count
-        self.refcount[first:end] = _ONE * count
-        self.generations[first:end] = array("Q", [self.tenancies + 1]) * count
-        return True
-
-    def _release_run(self, block_ids: list[int], gens: list[int]) -> bool:
+    def _release_run(self, run: range, gens: Sequence[int]) -> bool:
         """Move consecutive held blocks of the given tenancies, each at its last reference, to
         RELEASING by slices; False, changing nothing, where any of that is not so."""
-        count, first = len(block_ids), block_ids[0]
-        end = first + count
+        count, first, end = len(run), run.start, run.stop
         if (
-            not _is_run(block_ids)
+            len(gens) != count
             or self._state[first:end].strip(_HELD_BYTES)  # a block neither ACQUIRED nor IN_USE
             or self.refcount[first:end] != _ONE * count
-            or self.generations[first:end] != array("Q", gens)
+            or self.generations[first:end] != _as_generations(gens)
         ):
             return False
         self._state[first:end] = _RELEASING_BYTE * count

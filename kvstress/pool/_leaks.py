@@ -14,6 +14,7 @@ import sys
 import traceback
 from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import FrameType
@@ -103,14 +104,14 @@ class LeakTracker:
             self._watch[block_id] = None
             self.tracked.add(block_id)
 
-    def on_acquire_many(self, block_ids: list[int], now: float, holder: object, *, run: bool = False) -> None:
+    def on_acquire_many(self, block_ids: Sequence[int], now: float, holder: object) -> None:
         """``on_acquire`` for a batch: the same records and the same sampled stacks (one walk of
-        the stack serves every block of the batch that is sampled). ``run``: the ids are
-        consecutive and ascending, so the records are written as slices."""
+        the stack serves every block of the batch that is sampled). Ids given as a ``range``
+        (a run: consecutive, ascending) have their records written as slices."""
         holder = _UNKNOWN_HOLDER if holder is None else holder
         since, holders, tracked = self.since, self.holders, self.tracked
-        if run:
-            first, end = block_ids[0], block_ids[0] + len(block_ids)
+        if type(block_ids) is range:
+            first, end = block_ids.start, block_ids.stop
             since[first:end] = array("d", [now]) * len(block_ids)
             holders[first:end] = [holder] * len(block_ids)
         else:
@@ -150,15 +151,19 @@ class LeakTracker:
                 held_for_s=round(now - self.since[block_id], 6),
             )
 
-    def on_release_many(self, block_ids: list[int], now: float, *, run: bool = False) -> None:
-        """``on_release`` for a batch (one set test when none of them is tracked; ``run`` as in
-        ``on_acquire_many``)."""
+    def on_release_many(self, block_ids: Sequence[int], now: float) -> None:
+        """``on_release`` for a batch: the sampled or watched blocks get their full record, the
+        others only forget their holder (by a slice for a ``range``, as in ``on_acquire_many``)."""
         tracked, holders = self.tracked, self.holders
-        if not tracked.isdisjoint(block_ids):  # a sampled or watched block: its full record
-            for block_id in [block_id for block_id in block_ids if block_id in tracked]:
+        if tracked:
+            if type(block_ids) is range and len(tracked) < len(block_ids):  # fewer to look at
+                hits = sorted(block_id for block_id in tracked if block_id in block_ids)
+            else:
+                hits = [block_id for block_id in block_ids if block_id in tracked]
+            for block_id in hits:
                 self.on_release(block_id, now)
-        if run:  # the others only forget their holder
-            holders[block_ids[0] : block_ids[0] + len(block_ids)] = [None] * len(block_ids)
+        if type(block_ids) is range:
+            holders[block_ids.start : block_ids.stop] = [None] * len(block_ids)
             return
         for block_id in block_ids:
             holders[block_id] = None

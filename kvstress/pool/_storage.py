@@ -12,9 +12,11 @@ completes before it returns, and handing a block out costs nothing.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
+
+from kvstress.pool._core import as_run
 
 HOST_COPY_MAX_BYTES = 64 * 1024
 """Blocks up to this size are reset on the host by one ``memoryview`` copy from a zero buffer: a
@@ -51,7 +53,12 @@ class BlockStorage:
         """Zero one block; done before the caller offers it back to the queue."""
         self.tensor[block_id].zero_()
 
-    def reset_many(self, block_ids: list[int]) -> None:
+    def resets_many_under_lock(self, count: int) -> bool:
+        """Whether ``reset_many`` of ``count`` blocks is short and bounded enough for a pool to
+        run it under its lock (as ``resets_under_lock`` says of one block)."""
+        return False
+
+    def reset_many(self, block_ids: Sequence[int]) -> None:
         """Zero several blocks in one device operation (a slice when the ids are one run, an
         indexed fill otherwise): the per-call cost is paid once, not per block. Done before the
         caller offers any of them."""
@@ -61,7 +68,7 @@ class BlockStorage:
     def hand_out(self, block_id: int) -> None:
         """Nothing to order on the CPU (see ``StreamOrderedStorage``)."""
 
-    def hand_out_many(self, block_ids: list[int]) -> None:
+    def hand_out_many(self, block_ids: Sequence[int]) -> None:
         """Nothing to order on the CPU (see ``StreamOrderedStorage``)."""
 
     @property
@@ -94,7 +101,7 @@ class StreamOrderedStorage(BlockStorage):
         """Zero one block on the pool's stream, ordered before the caller's offer."""
         self._on_stream([block_id], lambda: self.tensor[block_id].zero_())
 
-    def reset_many(self, block_ids: list[int]) -> None:
+    def reset_many(self, block_ids: Sequence[int]) -> None:
         """``reset`` for several blocks, as one operation and one event."""
         if block_ids:
             self._on_stream(block_ids, lambda: _zero_many(self.tensor, block_ids))
@@ -106,7 +113,7 @@ class StreamOrderedStorage(BlockStorage):
         if event is not None and not event.query():  # type: ignore[no-untyped-call]
             torch.cuda.current_stream(self._index).wait_event(event)
 
-    def hand_out_many(self, block_ids: list[int]) -> None:
+    def hand_out_many(self, block_ids: Sequence[int]) -> None:
         """``hand_out`` for a batch: one wait per distinct event (blocks reset together by one
         ``reset_many`` share one event, so a whole table returned at once costs one wait)."""
         events: dict[int, torch.cuda.Event] = {}
@@ -120,7 +127,7 @@ class StreamOrderedStorage(BlockStorage):
             for event in waits:
                 stream.wait_event(event)
 
-    def _on_stream(self, block_ids: list[int], zero: Callable[[], object]) -> None:
+    def _on_stream(self, block_ids: Sequence[int], zero: Callable[[], object]) -> None:
         stream = self._stream
         assert stream is not None
         # The releaser's queued work may still read or write the block: the reset waits for it.
@@ -152,7 +159,7 @@ class HostStorage(BlockStorage):
     All-zero bytes are zero in every torch dtype. The copy completes before ``reset`` returns.
     """
 
-    __slots__ = ("_address", "_block_nbytes", "_bytes", "_zero_run", "_zeros")
+    __slots__ = ("_address", "_block_nbytes", "_bytes", "_zeros")
 
     resets_under_lock = True  # a copy of at most HOST_COPY_MAX_BYTES: a few microseconds
 
@@ -165,7 +172,6 @@ class HostStorage(BlockStorage):
         raw = (ctypes.c_ubyte * self.nbytes).from_address(self._address)
         self._bytes = memoryview(raw).cast("B")
         self._zeros = bytes(self._block_nbytes)
-        self._zero_run = memoryview(self._zeros)  # zeros for a run of blocks (reset_many)
 
     def host_span(self, block_id: int) -> tuple[int, int]:
         """(address, bytes) of one block: the tensor is allocated once and kept."""
@@ -178,16 +184,20 @@ class HostStorage(BlockStorage):
         start = block_id * size
         self._bytes[start : start + size] = self._zeros
 
-    def reset_many(self, block_ids: list[int]) -> None:
-        """Zero several blocks on the host: one copy for a run of consecutive ids (a table freed
-        in the order it was taken), one per block otherwise; done before any is offered."""
+    def resets_many_under_lock(self, count: int) -> bool:
+        """Up to ``HOST_COPY_MAX_BYTES`` times four in all (a few microseconds: a block table)."""
+        return count * self._block_nbytes <= 4 * HOST_COPY_MAX_BYTES
+
+    def reset_many(self, block_ids: Sequence[int]) -> None:
+        """Zero several blocks on the host: one fill for a run of consecutive ids (a table freed
+        in the order it was taken), one copy per block otherwise; done before any is offered."""
         if not block_ids:
             return
-        size, first, count = self._block_nbytes, block_ids[0], len(block_ids)
-        if count * size <= HOST_COPY_MAX_BYTES * 16 and block_ids == list(range(first, first + count)):
-            if len(self._zero_run) < count * size:  # grown once to the largest run seen
-                self._zero_run = memoryview(bytes(count * size))
-            self._bytes[first * size : (first + count) * size] = self._zero_run[: count * size]
+        size, count = self._block_nbytes, len(block_ids)
+        run = as_run(block_ids)
+        if type(run) is range and count * size <= HOST_COPY_MAX_BYTES * 16:
+            # One memset: it only writes, where a copy from a zero buffer reads as much again.
+            ctypes.memset(self._address + run.start * size, 0, count * size)
             return
         super().reset_many(block_ids)
 
@@ -211,8 +221,11 @@ def _block_nbytes(block_shape: tuple[int, ...], dtype: torch.dtype) -> int:
     return count * dtype.itemsize
 
 
-def _zero_many(tensor: torch.Tensor, block_ids: list[int]) -> None:
-    first, last = min(block_ids), max(block_ids)
+def _zero_many(tensor: torch.Tensor, block_ids: Sequence[int]) -> None:
+    if type(block_ids) is range:
+        first, last = block_ids.start, block_ids.stop - 1
+    else:
+        first, last = min(block_ids), max(block_ids)
     if last - first + 1 == len(block_ids) and len(set(block_ids)) == len(block_ids):
         tensor[first : last + 1].zero_()
     else:

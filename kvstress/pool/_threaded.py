@@ -175,8 +175,16 @@ class ThreadedBlockPool(PoolBase):
         twice is released twice (the second is a double release unless it was shared).
         """
         block_ids, gens = self._unwrap_many(blocks)  # misuse raises before any change
+        storage = self._storage
         with self._lock:
             steps = self._core.begin_release_many(block_ids, gens, time.monotonic())
+            count = len(steps)
+            if count and steps.count(_LAST) == count and storage.resets_many_under_lock(count):
+                storage.reset_many(block_ids)  # a short host fill, strictly before the offers
+                self._core.finish_release_many(block_ids)
+                self._offered(block_ids)
+                self._notify(count)
+                return [True] * count
         last = self._returned(block_ids, steps)
         if last:
             self._storage.reset_many(last)  # strictly before the offers below

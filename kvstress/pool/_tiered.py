@@ -92,7 +92,7 @@ class _Tiers(PoolBase):
         storage.shrink_idle(self._now(), self.idle_shrink_s)
         return super()._handed_out(block_id, now)
 
-    def _handed_out_many(self, block_ids: list[int], now: float) -> BlockBatch:
+    def _handed_out_many(self, block_ids: Sequence[int], now: float) -> BlockBatch:
         # As _handed_out, for a batch: every block's memory exists before any handle is seen,
         # and a segment that cannot be allocated puts the whole batch back (all or nothing).
         storage, lent = self._storage, 0

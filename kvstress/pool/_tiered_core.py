@@ -14,6 +14,7 @@ queue; ``free_count`` equals their total length):
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 from kvstress.pool._core import PoolCore
 from kvstress.pool._leaks import LeakTracker
@@ -45,10 +46,12 @@ class TieredCore(PoolCore):
             self._ring_len = 1
         return super().take(now, holder)
 
-    def _pop_free(self, n: int) -> list[int]:
+    def _pop_free(self, n: int) -> Sequence[int]:
         """The next ``n`` ids in hand-out order: core ids from the ring, then the lowest elastic ids."""
         from_ring = min(n, self._ring_len)
-        block_ids = super()._pop_free(from_ring) if from_ring else []
+        if from_ring == n:
+            return super()._pop_free(n)
+        block_ids = list(super()._pop_free(from_ring)) if from_ring else []
         block_ids.extend(heapq.heappop(self._elastic) for _ in range(n - from_ring))
         return block_ids
 
@@ -64,7 +67,7 @@ class TieredCore(PoolCore):
         heapq.heappush(self._elastic, block_id)
         self.free_count += 1
 
-    def finish_release_many(self, block_ids: list[int]) -> None:
+    def finish_release_many(self, block_ids: Sequence[int]) -> None:
         """``finish_release`` for each block: the core's to the ring, the elastic ones to the heap."""
         for block_id in block_ids:
             self.finish_release(block_id)

@@ -18,6 +18,7 @@ Invariants, between two calls (the pool's lock held):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -101,7 +102,7 @@ class SegmentedStorage(BlockStorage):
         """Zero one block; the caller still counts it as lent, so its segment is allocated."""
         self.view(block_id).zero_()
 
-    def reset_many(self, block_ids: list[int]) -> None:
+    def reset_many(self, block_ids: Sequence[int]) -> None:
         """Zero each block (they may lie in different tiers and segments)."""
         for block_id in block_ids:
             self.reset(block_id)
