@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kvstress import LeakDetection, ThreadedBlockPool, TieredBlockPool
+from kvstress.pool._block import BlockBatch
 from kvstress.pool._core import as_run
 from kvstress.pool._storage import HOST_COPY_MAX_BYTES, HostStorage
 
@@ -23,10 +24,11 @@ def test_a_batch_is_a_run_only_where_the_queue_holds_that_run() -> None:
     queued, each block checked and handed out one by one, and both tenancies stay exact."""
     pool = ThreadedBlockPool(6, (2,))
     first = pool.acquire_many(6, 0)
-    assert first is not None and type(first._ids) is range
+    assert isinstance(first, BlockBatch) and type(first._ids) is range
     pool.release_many([first[i] for i in (2, 0, 1, 5, 3, 4)])
     second = pool.acquire_many(3, 0)
-    assert second is not None and type(second._ids) is list and [b.id for b in second] == [2, 0, 1]
+    assert isinstance(second, BlockBatch) and type(second._ids) is list
+    assert [b.id for b in second] == [2, 0, 1]
     third = pool.acquire_many(3, 0)  # the queue's next three, 5 3 4: no run either
     assert third is not None and [b.id for b in third] == [5, 3, 4]
     assert {b.generation for b in second} == {second[0].generation} != {third[0].generation}
