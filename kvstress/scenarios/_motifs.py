@@ -18,6 +18,9 @@ from the protocol alone, not from any pool's code, the shortest first:
 - releases come back to a waiter parked in acquire (wake-ups, reset before offer);
 - an acquirer arrives as the blocks come back (a check outside the lock a wait releases);
 - two waiters, releases in a row (a notify that wakes one where two could go);
+- the releases in a row at the instant a second waiter arrives, one parked already (a waiter
+  woken once that takes up every pending wake-up, a self-pipe drained whole, leaves the one
+  that looked just before the blocks came back parked beside a free block);
 - two tenancies of different blocks, taken and given back at once (free-queue and counter
   updates of unrelated blocks);
 - an acquirer paused inside its take while another takes two blocks and gives the first back
@@ -105,6 +108,17 @@ def motifs(
         # block is seen), the blocks back in a row: a notify that wakes one where two could go,
         # a wake-up that only the first woken waiter was to pass on (AQS before PROPAGATE).
         _of([*take_all, ("sleep", SETTLE), *give_all], *([parked] * 2 if virtual else [[waiter]] * 2)),
+        # The blocks back in a row at the instant a second waiter arrives, one parked already:
+        # a waiter woken once that takes up every pending wake-up (drains a self-pipe, zeroes
+        # a count of signals) leaves the one arriving, which looked before the blocks came back,
+        # to park beside the block the other did not take. The holder comes last, so that the
+        # arrival runs first at that instant (the order a delay-bounded search starts from),
+        # and one delay, between its look and its park, opens the window.
+        _of(
+            parked if virtual else [waiter],
+            [("sleep", SETTLE), parked[-1] if virtual else waiter],
+            [*take_all, ("sleep", SETTLE), *give_all],
+        ),
         _of([("acquire", 0.0), ("release", None)], [("acquire", 0.0), ("release", None)]),
         # One acquirer preempted inside its take while another takes two blocks and gives back
         # the first: the free list's head is the same block again, its link is not (ABA on a
