@@ -36,6 +36,7 @@ from kvstress.controlled import (
     SchedulerMisbehaved,
     StepLimitExceeded,
     ThreadDeadlock,
+    TimeLimitExceeded,
     current_loop,
     run_controlled,
     spawn,
@@ -435,8 +436,38 @@ def as_violation(error: BaseException, record: ExecutionRecord, config: Scenario
         note = timeouts_not_kept(blocked, unwound=True)  # a line of its own, under the graph
         return InvariantViolation("hang", str(error) + (f"\n{note.removeprefix('. ')}." if note else ""))
     if isinstance(error, ControlledLoopError):
-        return InvariantViolation(_hang_kind(error, record), str(error))
+        overran = past_their_timeouts(record.history) if isinstance(error, TimeLimitExceeded) else ""
+        return InvariantViolation(_hang_kind(error, record), str(error) + overran)
     return crash_of(error, config, "the execution")
+
+
+def past_their_timeouts(history: Sequence[Operation]) -> str:
+    """For a run stopped at its time limit: the acquires that were still in flight past the
+    timeout they were given (a try-once first), which the generic message cannot name. The
+    run's unwinding ends each of them ``cancelled``; a cancel of the scenario's own ends one
+    before its timeout, and is left out."""
+    late = []
+    for op in history:
+        timeout = op.args.get("timeout")
+        stopped = op.outcome == "pending" or (op.outcome == "info" and op.result == "cancelled")
+        if (
+            op.name in ("acquire", "acquire_many")
+            and stopped
+            and isinstance(timeout, int | float)
+            and not isinstance(timeout, bool)
+            and op.end is not None
+            and op.end - op.start > timeout + 1e-9
+        ):
+            late.append(op)
+    if not late:
+        return ""
+    late.sort(key=lambda op: (op.args["timeout"], op.start))
+    named = ", ".join(
+        f"{op.worker}'s {op.name}(timeout={op.args['timeout']:g}) from {round(op.start, 6):g} s"
+        for op in late[:4]
+    )
+    more = f" and {len(late) - 4} more" if len(late) > 4 else ""
+    return f"\nStill in flight past its timeout when the run was stopped: {named}{more}."
 
 
 def timeouts_not_kept(history: Sequence[Operation], unwound: bool = False) -> str:
