@@ -8,6 +8,7 @@ timeout lands.
 
 from __future__ import annotations
 
+import _thread
 import functools
 import queue
 import threading
@@ -665,21 +666,44 @@ def test_queue_producer_consumer_on_virtual_time() -> None:
 # -- outside a run -------------------------------------------------------------------------------
 
 
-def test_primitives_outside_a_run_are_plain_uncontended_ones() -> None:
-    """Outside a controlled thread a primitive works uncontended and raises instead of blocking forever."""
+def test_primitives_outside_a_run_are_plain_ones() -> None:
+    """With no run in progress a primitive is a plain one (its timeouts on the real clock; real
+    threads blocking on it: tests/test_coop_after_run.py)."""
     lock, sem, event, q = _coop.Lock(), _coop.Semaphore(1), _coop.Event(), _coop_queue.Queue()
-    assert lock.acquire() and not lock.acquire(blocking=False)
-    with pytest.raises(RuntimeError, match="would wait forever"):
-        lock.acquire()
-    assert sem.acquire() and not sem.acquire(blocking=False)
-    with pytest.raises(RuntimeError, match="would wait forever"):
-        sem.acquire()
-    with pytest.raises(RuntimeError, match="would wait forever"):
-        event.wait()
+    assert lock.acquire() and not lock.acquire(blocking=False) and not lock.acquire(timeout=0.001)
+    assert sem.acquire() and not sem.acquire(blocking=False) and not sem.acquire(timeout=0.001)
+    assert not event.wait(0.001)
     q.put(1)
     assert q.get() == 1
     with pytest.raises(RuntimeError, match="started outside a controlled run"):
         _coop.Thread(target=lambda: None).start()
+
+
+def test_an_uncontrolled_thread_in_a_run_raises_instead_of_waiting_for_ever() -> None:
+    """While a run is in progress, a thread that is not a controlled one (the harness reading
+    the pool) cannot wait for a controlled thread: it would wait forever, so it raises."""
+    lock, sem, event = _coop.Lock(), _coop.Semaphore(0), _coop.Event()
+    errors: list[str] = []
+
+    done = _thread.allocate_lock()  # real: the run's threads see only what it patches
+
+    def outside() -> None:
+        for call in (lock.acquire, sem.acquire, event.wait):
+            try:
+                call()
+            except RuntimeError as error:
+                errors.append(str(error))
+        done.release()
+
+    def main() -> None:
+        assert lock.acquire()
+        done.acquire()
+        _thread.start_new_thread(outside, ())  # a thread of no run's
+        done.acquire()  # the controlled thread holds the baton until it is done
+        lock.release()
+
+    run(main)
+    assert len(errors) == 3 and all("would wait forever" in error for error in errors)
 
 
 def test_primitives_built_before_the_run_work_inside_it() -> None:

@@ -5,9 +5,13 @@ the baton to another controlled thread instead of parking in the OS, timeouts ru
 time, and every acquire or wait is a scheduling point. Releases wake every waiter, which then
 race for the primitive in the scheduler's order: that covers every order the OS could choose.
 
-Outside a controlled thread (building the pool before the run, reading it after) they behave
-as plain uncontended primitives; blocking there on one held by a controlled thread would wait
-forever, so it raises RuntimeError instead.
+Outside a controlled thread, while a run is in progress (the harness reading the pool between
+steps), they behave as plain uncontended primitives: blocking there on one held by a controlled
+thread would wait forever, so it raises RuntimeError instead. Once no run is in progress they
+are plain primitives for real threads, blocking included (``_OUTSIDE``): a pool built during an
+explored test (a session fixture first set up there) goes on working in the plain tests after
+it. A lock still held by a controlled thread of a run that is over is never given up, so
+blocking on it raises as well.
 """
 
 from __future__ import annotations
@@ -23,6 +27,47 @@ from kvstress.controlled._baton import ControlledThread, ThreadAborted, ThreadCo
 from kvstress.controlled._loop import later
 
 T = TypeVar("T")
+
+
+_OUTSIDE = _threading.Condition(_threading.Lock())
+"""Guards every primitive's state while no run is in progress, and is what real threads wait on
+there: each change notifies it (a primitive of a finished run is rarely used so; one condition
+for all keeps a primitive free of a real lock of its own)."""
+_outside_waiting = 0  # real threads waiting on _OUTSIDE; a change notifies only when some are
+
+
+def _outside_deadline(blocking: bool, timeout: float | None) -> float | None:
+    """The real deadline of a blocking call outside a run; validated as ``threading`` does."""
+    if timeout is None or timeout == -1:
+        return None
+    if not blocking:
+        raise ValueError("can't specify a timeout for a non-blocking call")
+    if timeout < 0:
+        raise ValueError("timeout value must be a non-negative number")
+    return _time.monotonic() + timeout
+
+
+def _wait_outside(ready: Callable[[], bool], deadline: float | None) -> bool:
+    """With ``_OUTSIDE`` held: wait until ``ready()`` or the (real) deadline; ``ready()``'s last
+    value."""
+    global _outside_waiting
+    _outside_waiting += 1
+    try:
+        while not ready():
+            remaining = None if deadline is None else deadline - _time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            _OUTSIDE.wait(remaining)
+        return True
+    finally:
+        _outside_waiting -= 1
+
+
+def _changed_outside() -> None:
+    """A primitive's state changed: wake the real threads waiting outside a run, if any."""
+    if _outside_waiting:
+        with _OUTSIDE:
+            _OUTSIDE.notify_all()
 
 
 def _here() -> tuple[ThreadController | None, ControlledThread | None]:
@@ -73,6 +118,7 @@ class _Primitive:
             for thread in waiters:
                 controller.wake(thread)
             controller.published()
+        _changed_outside()
 
     def __repr__(self) -> str:
         return f"<cooperative {self.describe()}>"
@@ -85,6 +131,7 @@ class Lock(_Primitive):
         super().__init__("Lock")
         self._owner: ControlledThread | None = None
         self._locked = False
+        self._real_owner: int | None = None  # the real thread's ident, where one outside a run holds it
 
     def describe(self) -> str:
         owner = f" held by {self._owner.name}" if self._owner is not None else ""
@@ -95,7 +142,9 @@ class Lock(_Primitive):
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         controller, me = _here()
-        if controller is None or me is None:
+        if controller is None:
+            return self._acquire_real(blocking, timeout)
+        if me is None:
             return self._acquire_outside(blocking)
         controller.yield_point()
         deadline = _deadline(controller, blocking, timeout)
@@ -107,7 +156,7 @@ class Lock(_Primitive):
 
     def _acquire_outside(self, blocking: bool) -> bool:
         if not self._locked:
-            self._locked = True
+            self._locked, self._real_owner = True, _threading.get_ident()
             return True
         if not blocking:
             return False
@@ -115,10 +164,22 @@ class Lock(_Primitive):
             f"{self.describe()} is held, and this thread is not a controlled one: it would wait forever"
         )
 
+    def _acquire_real(self, blocking: bool, timeout: float | None) -> bool:
+        """No run in progress: a real thread's acquire, which waits for another real thread's
+        release (not for a controlled thread's: its run is over)."""
+        deadline = _outside_deadline(blocking, timeout)
+        with _OUTSIDE:
+            if self._locked and self._owner is not None:
+                return self._acquire_outside(blocking)  # raises when blocking
+            if (blocking and not _wait_outside(lambda: not self._locked, deadline)) or self._locked:
+                return False
+            self._locked, self._owner, self._real_owner = True, None, _threading.get_ident()
+            return True
+
     def release(self) -> None:
         if not self._locked:
             raise RuntimeError("release unlocked lock")
-        self._locked, self._owner = False, None
+        self._locked, self._owner, self._real_owner = False, None, None
         self._wake_all()
 
     def locked(self) -> bool:
@@ -143,6 +204,8 @@ class Lock(_Primitive):
         self.acquire()
 
     def _is_owned(self, me: ControlledThread | None) -> bool:
+        if me is None and self._real_owner is not None:
+            return self._locked and self._real_owner == _threading.get_ident()
         return self._locked and (me is None or self._owner is me)
 
 
@@ -156,7 +219,7 @@ class RLock(Lock):
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         _, me = _here()
-        if self._locked and self._owner is me and (me is not None or self._count):
+        if self._mine(me) and (me is not None or self._count):
             self._count += 1
             return True
         if super().acquire(blocking, timeout):
@@ -166,11 +229,17 @@ class RLock(Lock):
 
     def release(self) -> None:
         _, me = _here()
-        if not self._locked or self._owner is not me:
+        if not self._mine(me):
             raise RuntimeError("cannot release un-acquired lock")
         self._count -= 1
         if self._count == 0:
             super().release()
+
+    def _mine(self, me: ControlledThread | None) -> bool:
+        """Held by the calling thread: a controlled one, or a real one outside a run."""
+        if not self._locked or self._owner is not me:
+            return False
+        return me is not None or self._real_owner in (None, _threading.get_ident())
 
     def _release_save(self) -> int:
         count, self._count = self._count, 1
@@ -246,6 +315,7 @@ class Condition(_Primitive):
         self._lock: Lock | _LockLike = lock if lock is not None else RLock()
         self.acquire = self._lock.acquire
         self.release = self._lock.release
+        self._real_waiters: list[list[bool]] = []  # real threads waiting outside a run
 
     def describe(self) -> str:
         return f"notify on {self._name}"
@@ -260,12 +330,29 @@ class Condition(_Primitive):
         controller, me = _here()
         if not self._lock._is_owned(me):
             raise RuntimeError("cannot wait on un-acquired lock")
-        if controller is None or me is None:
+        if controller is None:
+            return self._wait_real(timeout)
+        if me is None:
             raise RuntimeError(f"{self._name}.wait() outside a controlled thread would wait forever")
         deadline = None if timeout is None else later(controller.now, max(0.0, timeout))
         saved = self._lock._release_save()
         try:
             return self._wait(controller, me, deadline)
+        finally:
+            self._lock._acquire_restore(saved)
+
+    def _wait_real(self, timeout: float | None) -> bool:
+        """No run in progress: wait, as a real thread, for a real thread's notify."""
+        notified = [False]
+        deadline = None if timeout is None else _time.monotonic() + max(0.0, timeout)
+        with _OUTSIDE:
+            self._real_waiters.append(notified)
+        saved = self._lock._release_save()
+        try:
+            with _OUTSIDE:
+                if not _wait_outside(lambda: notified[0], deadline):
+                    self._real_waiters.remove(notified)
+                return notified[0]
         finally:
             self._lock._acquire_restore(saved)
 
@@ -275,7 +362,7 @@ class Condition(_Primitive):
         result = predicate()
         while not result:
             if timeout is not None:
-                now = controller.now if controller is not None else 0.0
+                now = controller.now if controller is not None else _time.monotonic()
                 end = now + timeout if end is None else end
                 if end - now <= 0:
                     break
@@ -294,9 +381,15 @@ class Condition(_Primitive):
         if controller is not None:
             for thread in woken:
                 controller.wake(thread)
+        if self._real_waiters:
+            with _OUTSIDE:
+                for notified in self._real_waiters[:n]:
+                    notified[0] = True
+                del self._real_waiters[:n]
+                _OUTSIDE.notify_all()
 
     def notify_all(self) -> None:
-        self.notify(len(self._waiters))
+        self.notify(max(len(self._waiters), len(self._real_waiters)))
 
 
 class Semaphore(_Primitive):
@@ -313,7 +406,14 @@ class Semaphore(_Primitive):
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         controller, me = _here()
-        if controller is None or me is None:
+        if controller is None:  # no run in progress: a real thread, waiting for a real release
+            deadline = _outside_deadline(blocking, timeout)
+            with _OUTSIDE:
+                if (blocking and not _wait_outside(lambda: self._value > 0, deadline)) or not self._value:
+                    return False
+                self._value -= 1
+                return True
+        if me is None:
             if self._value > 0:
                 self._value -= 1
                 return True
@@ -331,7 +431,11 @@ class Semaphore(_Primitive):
     def release(self, n: int = 1) -> None:
         if n < 1:
             raise ValueError("n must be one or more")
-        self._value += n
+        if active_controller() is None:
+            with _OUTSIDE:
+                self._value += n
+        else:
+            self._value += n
         self._wake_all()
 
     def __enter__(self) -> bool:
@@ -376,7 +480,11 @@ class Event(_Primitive):
 
     def wait(self, timeout: float | None = None) -> bool:
         controller, me = _here()
-        if controller is None or me is None:
+        if controller is None:  # no run in progress: a real thread, waiting for a real set()
+            deadline = None if timeout is None else _time.monotonic() + max(0.0, timeout)
+            with _OUTSIDE:
+                return _wait_outside(lambda: self._flag, deadline)
+        if me is None:
             if self._flag:
                 return True
             raise RuntimeError(f"{self._name}.wait() outside a controlled thread would wait forever")
