@@ -441,6 +441,16 @@ def test_swallowed_then_raised(pool):
     except kvstress.InvariantViolation:
         pass
     pool.release(block)
+
+@pytest.fixture
+def engine(pool):
+    block = pool.acquire(0)
+    yield block
+    pool.release(block)
+    pool.release(block)  # the engine's teardown releases twice: the violation goes to pytest
+
+def test_teardown_of_another_fixture(engine):
+    assert engine is not None
 """
 
 
@@ -453,13 +463,17 @@ def test_an_audited_violation_that_failed_the_test_is_not_raised_again_at_teardo
     error: a blind user's, two clients hitting one leak)."""
     pytester.makepyfile(test_audited=AUDITED_FIXTURE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, failed=3, errors=1)
+    result.assert_outcomes(passed=2, failed=3, errors=2)
     # The traceback ends at the test's own call: the audit's frames are hidden (a blind user read
     # forty lines of the audit's source above the finding).
     assert "audit/_core.py" not in result.stdout.str() and "audit/_threaded.py" not in result.stdout.str()
     out = result.stdout.str()
     assert "ERROR test_audited.py::test_swallowed" in out
     assert "found earlier, at the faulty call" in out
+    # A violation another fixture's teardown raised is shown once, not again by the pool
+    # fixture's close() beside it (an exception group of the two, a blind user's).
+    assert "ERROR test_audited.py::test_teardown_of_another_fixture" in out
+    assert "errors while tearing down" not in out
 
 
 def test_a_finding_is_never_rerun_by_rerunfailures() -> None:

@@ -68,6 +68,17 @@ def note_shown(error: BaseException | None) -> None:
         error = error.__cause__ or error.__context__
 
 
+def _caught_by_pytest(error: BaseException) -> bool:
+    """Whether ``error`` went all the way up to pytest, which shows it: its traceback starts in
+    the frame that caught it, and that frame is pytest's (a fixture's teardown that raised it,
+    collected with the others' errors), not the code's own (a violation the code swallowed)."""
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    module = tb.tb_frame.f_globals.get("__name__")
+    return isinstance(module, str) and module.split(".")[0] in ("_pytest", "pluggy")
+
+
 def _record(found: InvariantViolation) -> None:
     global _last
     serial = next(_SERIAL)
@@ -482,9 +493,10 @@ class AuditCore:
             return False
         self._closed = True
         first = self._first
-        if any(found in _SHOWN for found in list(self._found)):
+        if any(found in _SHOWN or _caught_by_pytest(found) for found in list(self._found)):
             # One of this audit's violations failed the test already (the first, or a later one
-            # the code raised after swallowing the first: the same finding, shown twice before).
+            # the code raised after swallowing the first: the same finding, shown twice before),
+            # or went up to pytest from another fixture's teardown, which reports it.
             return False
         if first is not None:
             raise InvariantViolation(
