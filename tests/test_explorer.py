@@ -853,3 +853,33 @@ def test_a_dfs_path_left_once_is_run_again_and_one_left_every_time_fails() -> No
     scheduler, divergence = DFSScheduler(seed=0), ScheduleDivergence("left")
     assert [diverged_again(scheduler, divergence) for _ in range(3)] == [True, True, False]
     assert "left its schedule 3 times in a row; random and pct explore" in "\n".join(divergence.__notes__)
+
+
+def test_an_async_fn_is_refused_inside_a_running_loop_before_any_schedule() -> None:
+    """Each schedule runs the fn on a loop of its own: from a running loop (an
+    IsolatedAsyncioTestCase's method) asyncio's refusal came out as schedule 1's failure, with
+    a replay line, seconds in. From a thread it runs."""
+    runs: list[int] = []
+
+    async def scenario() -> None:
+        runs.append(1)
+        await asyncio.sleep(0)
+
+    async def inside() -> Explored:
+        with pytest.raises(RuntimeError, match=r"inside a running asyncio event loop.*asyncio\.to_thread"):
+            kvstress.explore(scenario, schedules=3, seed=0)
+        assert runs == []
+        return await asyncio.to_thread(kvstress.explore, scenario, schedules=3, seed=0)
+
+    assert asyncio.run(inside()).schedules == 3 and len(runs) == 3
+
+
+def test_a_partial_is_named_as_one_in_the_replay_line() -> None:
+    async def scenario(limit: int) -> None:
+        await asyncio.sleep(0)
+        assert limit > 1, "too small"
+
+    with pytest.raises(AssertionError) as failed:
+        kvstress.explore(functools.partial(scenario, 1), schedules=2, seed=0)
+    notes = "\n".join(getattr(failed.value, "__notes__", []))
+    assert "kvstress.explore(functools.partial(" in notes and "scenario, ...), replay='ks1:" in notes

@@ -6,6 +6,10 @@ A failure is re-raised as itself (its type is the test's verdict, an ``Invariant
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +94,8 @@ def explore(
         raise ValueError(f"fn must be a function to explore, got {fn!r} ({type(fn).__name__})")
     if backend != "asyncio" and not is_async(fn):
         raise ValueError(f"backend={backend!r} applies to an async fn; {fn!r} runs on threads")
+    if is_async(fn):
+        _refuse_inside_a_run()
     if replay is not None:
         outcome = search(fn, replay_scheduler(replay), 1, modules=modules, backend=backend)
         strategy, schedules = "replay", 1
@@ -97,10 +103,40 @@ def explore(
         scheduler = make_scheduler(strategy, run_seed, backend)
         outcome = search(fn, scheduler, schedules, modules=modules, backend=backend)
     if outcome.failure is not None:
-        call = getattr(fn, "__qualname__", "fn")
+        call = _called(fn)
         on = "" if backend == "asyncio" else f", backend={backend!r}"
         raise_failure(outcome, strategy, run_seed, schedules, f"kvstress.explore({call}, replay={{!r}}{on})")
     return Explored(outcome.runs, strategy, run_seed, outcome.exhausted)
+
+
+def _refuse_inside_a_run() -> None:
+    """An async ``fn`` gets an event loop (or a trio run) of its own per schedule, which cannot
+    start in a thread where one runs already (an ``IsolatedAsyncioTestCase``'s test method):
+    asyncio's refusal surfaced as the first schedule's failure, with a replay line, seconds in."""
+    library = None
+    try:
+        asyncio.get_running_loop()
+        library = "asyncio"
+    except RuntimeError:
+        trio = sys.modules.get("trio")
+        if trio is not None:
+            with contextlib.suppress(RuntimeError):
+                trio.lowlevel.current_trio_token()
+                library = "trio"
+    if library is None:
+        return
+    raise RuntimeError(
+        f"kvstress.explore() of an async fn cannot run inside a running {library} event loop: each "
+        "schedule runs the fn on a loop of its own. Call it from a thread: "
+        "await asyncio.to_thread(kvstress.explore, fn, ...) (anyio: anyio.to_thread.run_sync)"
+    )
+
+
+def _called(fn: Callable[[], Any]) -> str:
+    """How a replay line names ``fn``: its qualified name, or a partial's as ``partial(name, ...)``."""
+    if isinstance(fn, functools.partial):
+        return f"functools.partial({getattr(fn.func, '__qualname__', 'fn')}, ...)"
+    return str(getattr(fn, "__qualname__", "fn"))
 
 
 LONG_SCHEDULE = 400
