@@ -58,7 +58,8 @@ _WITH_GIVEN = (
 _UNITTEST = (
     "does not run a unittest.TestCase method (unittest runs it, and an IsolatedAsyncioTestCase on "
     "an event loop of its own, where no schedule reaches): write it as a pytest test (a function, "
-    "or a method of a plain class), or call kvstress.explore(...) inside the method"
+    "or a method of a plain class), or call kvstress.explore(...) inside the method (from an "
+    "async one, in a thread: await asyncio.to_thread(kvstress.explore, fn, ...))"
 )
 
 
