@@ -39,6 +39,9 @@ from the protocol alone, not from any pool's code, the shortest first:
   give them back, and the other then get them: a batch that takes blocks one by one and waits
   holding them (hold-and-wait) can leave each waiter holding part of the pool, waiting for
   ever for the other's part, while nobody holds a block;
+- for pools with ``acquire_many``: a batch waiter ahead of a single one, one block free, gives
+  up: the single waiter behind it must then get the block (a first-come, first-served pool that
+  does not look past a departing front waiter leaves it asleep beside it);
 - for pools with ``release_many``: two waiters parked while the holder of every block gives
   them back in one ``release_many`` (a batch release that wakes one waiter, as a single
   release does, leaves the other beside a free block).
@@ -175,6 +178,19 @@ def motifs(
     if batch and virtual and 2 <= blocks <= BATCH_MOTIF_MAX_BLOCKS:
         everything: list[Step] = [("sleep", SETTLE / 2), ("acquire_many", [blocks, None]), *give_all]
         found.append(_of([*take_all, ("sleep", SETTLE), *give_all], everything, everything))
+        # A batch waiter ahead of a single one, one block back meanwhile, gives up: a pool that
+        # serves its waiters first come, first served (no barging past a batch that does not fit
+        # yet) must then hand that block to the single waiter behind it (Go's x/sync semaphore
+        # left it asleep, golang/go#37852). The holder keeps the rest past the single waiter's wait.
+        hold: list[Step] = [
+            *take_all,
+            ("sleep", SETTLE),
+            ("release", None),
+            ("sleep", 2 * PARKED_WAIT),
+            *give_all[1:],
+        ]
+        ahead: list[Step] = [("sleep", SETTLE / 4), ("acquire_many", [blocks, 2 * SETTLE])]
+        found.append(_of(hold, ahead, [("sleep", SETTLE / 2), parked[-1]]))
     if release_batch and virtual and blocks >= 2:
         found.append(_of([*take_all, ("sleep", SETTLE), ("release_many", None)], parked, parked))
     return tuple(found)
