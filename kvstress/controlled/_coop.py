@@ -36,15 +36,21 @@ for all keeps a primitive free of a real lock of its own)."""
 _outside_waiting = 0  # real threads waiting on _OUTSIDE; a change notifies only when some are
 
 
-def _outside_deadline(blocking: bool, timeout: float | None) -> float | None:
-    """The real deadline of a blocking call outside a run; validated as ``threading`` does."""
+def _limit(blocking: bool, timeout: float | None) -> float | None:
+    """An acquire's timeout, validated as ``threading.Lock.acquire`` does; None: no limit."""
     if timeout is None or timeout == -1:
         return None
     if not blocking:
         raise ValueError("can't specify a timeout for a non-blocking call")
     if timeout < 0:
         raise ValueError("timeout value must be a non-negative number")
-    return _time.monotonic() + timeout
+    return timeout
+
+
+def _outside_deadline(blocking: bool, timeout: float | None) -> float | None:
+    """The real deadline of a blocking call outside a run."""
+    limit = _limit(blocking, timeout)
+    return None if limit is None else _time.monotonic() + limit
 
 
 def _wait_outside(ready: Callable[[], bool], deadline: float | None) -> bool:
@@ -76,14 +82,9 @@ def _here() -> tuple[ThreadController | None, ControlledThread | None]:
 
 
 def _deadline(controller: ThreadController, blocking: bool, timeout: float | None) -> float | None:
-    """The virtual deadline of an acquire; validated as ``threading.Lock.acquire`` does."""
-    if timeout is None or timeout == -1:
-        return None
-    if not blocking:
-        raise ValueError("can't specify a timeout for a non-blocking call")
-    if timeout < 0:
-        raise ValueError("timeout value must be a non-negative number")
-    return later(controller.now, timeout)
+    """The virtual deadline of an acquire."""
+    limit = _limit(blocking, timeout)
+    return None if limit is None else later(controller.now, limit)
 
 
 def _name(kind: str) -> str:
