@@ -193,6 +193,35 @@ class ThreadWatch:
         self._still_for.pop(thread, None)
 
 
+class OffersDue:
+    """The blocks a run expects back from the code's own thread (``expect_offer`` on the
+    controlled loop and on trio's gates): a released block the harness saw RELEASING as its
+    release returned comes back while ``pending()`` is True, until ``within`` more seconds of
+    the run's clock at most. While one is due, an idle run waits for it in real time, its clock
+    following, as for a thread at work; each host decides what that wait is."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self._offers: list[tuple[Callable[[], bool], float]] = []  # (pending, until)
+
+    def expect(self, pending: Callable[[], bool], within: float) -> None:
+        self._offers.append((pending, self._now() + within))
+
+    def due(self) -> bool:
+        """Whether an offer expected is still due, and in time (those done or late are dropped)."""
+        if not self._offers:
+            return False
+        now = self._now()
+        self._offers = [(pending, until) for pending, until in self._offers if now < until and pending()]
+        return bool(self._offers)
+
+    def clear(self) -> None:
+        self._offers.clear()
+
+    def __bool__(self) -> bool:
+        return bool(self._offers)
+
+
 def outside_threads_watched() -> bool:
     """Whether the controlled run in progress here (a controlled loop running in this thread, or
     the thread baton) watches a thread it does not control: one the code started, whose waits

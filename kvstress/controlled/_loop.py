@@ -50,7 +50,7 @@ from kvstress.controlled._errors import (
     StepLimitExceeded,
     TimeLimitExceeded,
 )
-from kvstress.controlled._foreign import ThreadWatch
+from kvstress.controlled._foreign import OffersDue, ThreadWatch
 from kvstress.controlled._gated import (
     GatedWork,
     Why,
@@ -207,7 +207,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_submit_lock = threading.Lock()
         self._kv_real: float | None = None  # while work is out in threads: real time last read
         self._kv_watch = ThreadWatch()  # threads started since this loop was made, watched at idle
-        self._kv_offers: list[tuple[Callable[[], bool], float]] = []  # (pending, until): expect_offer
+        self._kv_offers = OffersDue(lambda: self._kv_now)  # expect_offer
         self._kv_foreign = False  # an idle loop is waiting for one of them now
         self._kv_woken = threading.Event()  # set by each call from another thread
         self._kv_error: BaseException | None = None
@@ -976,7 +976,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         came back; True: the next timer came due first; False: none is at work (or one has been
         for ``SUBMITTED_WAIT_S``: a thread that works for the pool's whole life is let be)."""
         watch = self._kv_watch
-        if not watch.at_work() and not self._kv_offers_due():
+        if not watch.at_work() and not self._kv_offers.due():
             # It may have handed its work back as it finished: run that before time moves.
             return None if self._kv_inbox else False
         self.thread_work_begins()
@@ -988,7 +988,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
                 busy = watch.at_work(first=False)  # the wait counts toward a thread's stillness
                 if waited is not False:
                     return waited  # something came back, or the next timer is due
-                if not busy and not self._kv_offers_due():
+                if not busy and not self._kv_offers.due():
                     return None if self._kv_inbox else False
                 if time.perf_counter() - began > SUBMITTED_WAIT_S:
                     watch.let_be()
@@ -1004,15 +1004,7 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         for it in real time, virtual time following, as for a thread at work. Such a thread may
         sleep with the block in hand (a short ``time.sleep`` to batch its resets): asleep in the
         kernel, it read as parked, and time moved to a waiter's timeout without it."""
-        self._kv_offers.append((pending, self._kv_now + within))
-
-    def _kv_offers_due(self) -> bool:
-        """Whether an offer the harness expects (``expect_offer``) is still due, and in time."""
-        if not self._kv_offers:
-            return False
-        now = self._kv_now
-        self._kv_offers = [(due, until) for due, until in self._kv_offers if now < until and due()]
-        return bool(self._kv_offers)
+        self._kv_offers.expect(pending, within)
 
     def _wait_for_parked(self) -> bool:
         """Wait up to ``foreign_patience`` real seconds for a parked thread of the code's own to

@@ -38,7 +38,7 @@ import trio.testing
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from kvstress.controlled._foreign import ThreadWatch
+from kvstress.controlled._foreign import OffersDue, ThreadWatch
 from kvstress.controlled._gated import GatedWork, Why, WorkState
 from kvstress.controlled._loop import CREEP_AFTER
 from kvstress.controlled._thread_work import (
@@ -126,7 +126,7 @@ class ThreadGates(trio.abc.Instrument):
         self._steps = 0  # task steps begun (``_mark``)
         self._in_step = False
         self._draw = random.Random(seed ^ _DRAWS)
-        self._offers: list[tuple[Callable[[], bool], float]] = []  # (pending, until): expect_offer
+        self._offers = OffersDue(self._now)  # expect_offer
         self._watch: ThreadWatch | None = None
 
     def before_run(self) -> None:
@@ -152,18 +152,17 @@ class ThreadGates(trio.abc.Instrument):
             return
         if not self._offers:
             trio_work_out(self.token, +1)
-        self._offers.append((pending, self.clock.current_time() + within))
+        self._offers.expect(pending, within)
 
     def _offers_due(self) -> bool:
         """Whether an offer ``expect_offer`` was told of is still due, and in time; the last one
         done counts the run's work back."""
-        if not self._offers or self.clock is None:
-            return False
-        now = self.clock.current_time()
-        self._offers = [(due, until) for due, until in self._offers if now < until and due()]
         if not self._offers:
+            return False
+        if not self._offers.due():
             trio_work_out(self.token, -1)
-        return bool(self._offers)
+            return False
+        return True
 
     def after_run(self) -> None:
         trio_gates_open(self.token, None)
