@@ -56,16 +56,23 @@ _SHOWN: weakref.WeakSet[BaseException] = weakref.WeakSet()
 
 
 def note_shown(error: BaseException | None) -> None:
-    """``error`` (or a violation it was raised from) reached the user as a test's failure: the
+    """``error`` (or a violation it was raised from, or one in its exception group) reached the
+    user as a test's failure: the
     audit's ``close()`` then does not raise it again (a test's teardown showed every audited
     violation twice, once as the failure and once as an error) and, the test having stopped
     midway, does not call the blocks it still held leaked."""
     seen: set[int] = set()
-    while error is not None and id(error) not in seen:
+    todo = [error]
+    while todo:
+        error = todo.pop()
+        if error is None or id(error) in seen:
+            continue
         seen.add(id(error))
         if isinstance(error, InvariantViolation):
             _SHOWN.add(error)
-        error = error.__cause__ or error.__context__
+        if isinstance(error, BaseExceptionGroup):  # a task group's: each member was shown
+            todo.extend(error.exceptions)
+        todo.append(error.__cause__ or error.__context__)
 
 
 def _caught_by_pytest(error: BaseException) -> bool:
