@@ -41,6 +41,7 @@ from types import CodeType, FrameType
 from typing import Any, Protocol
 
 from kvstress._load import load_factor
+from kvstress.controlled._chain import beside
 from kvstress.controlled._errors import (
     SchedulerExhausted,
     SchedulerMisbehaved,
@@ -451,7 +452,7 @@ class ThreadController:
         me.ident = _thread.get_ident()
         me._wake.acquire()
         if self.trace_files:
-            sys.settrace(self._trace_call)
+            sys.settrace(beside(self._trace_call, sys.gettrace()))
         try:
             if self.aborting:
                 raise ThreadAborted

@@ -31,6 +31,7 @@ import anyio
 from kvstress import _flight
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
 from kvstress.checkers import TimingPolicy
+from kvstress.controlled._chain import beside
 from kvstress.controlled._patch import own_loop_primitives
 from kvstress.harness._dump import dump_blocks
 from kvstress.harness._runner import Abandoned, run_on_a_thread, run_to_completion
@@ -216,7 +217,7 @@ def _thread_run(
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait(timeout=5)
         if files and yield_probability > 0:
-            sys.settrace(_noise_tracer(files, noise, yield_probability))
+            sys.settrace(beside(_noise_tracer(files, noise, yield_probability), sys.gettrace()))
         try:
             run_to_completion(ops.run_program(holder, program))
         except BaseException as error:
