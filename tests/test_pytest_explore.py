@@ -478,16 +478,50 @@ def test_readers():
 """
 
 
+COUNTER = """
+class Sharers:
+    def __init__(self):
+        self.count = 0
+
+    def join(self):
+        count = self.count  # a read-modify-write without a lock (the bug)
+        self.count = count + 1
+"""
+
+COUNTER_TEST = """
+import threading
+
+import pytest
+
+from counter import Sharers
+
+
+@pytest.mark.kvstress_explore(schedules=300, seed=1, strategy="random")
+def test_sharers():
+    sharers = Sharers()
+    threads = [threading.Thread(target=sharers.join) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sharers.count == 2
+"""
+
+
 def test_a_race_in_the_users_own_module_is_found_without_naming_it(pytester: pytest.Pytester) -> None:
     """The code under test is seldom in the test's file: a lost update between two threads in
     the user's ``readers.py`` passed 200 schedules (its lines were no scheduling points), and was
     found at the second once named in ``modules``. The user's own modules that a plain test
-    reaches and that use threads are traced now."""
+    reaches are traced now, whatever they import: a counter class whose module imports nothing
+    of threading, run by threads the test starts, passed 300 schedules while only the modules
+    that use threads were."""
     pytester.makeini(INI)
     pytester.makepyfile(readers=READERS, test_readers=READERS_TEST)
+    pytester.makepyfile(counter=COUNTER, test_counter=COUNTER_TEST)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(failed=2)
     assert "[lost-block]" in result.stdout.str()
+    assert "assert 1 == 2" in result.stdout.str()
 
 
 def test_a_failing_schedule_of_a_violation_names_its_invariant_in_junit() -> None:

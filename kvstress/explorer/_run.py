@@ -69,13 +69,16 @@ def is_async(fn: Callable[..., Any]) -> bool:
 
 def thread_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[types.ModuleType, ...]:
     """The modules a threaded ``fn`` is traced in: its own, the given ones, the pools', and the
-    user's own modules (outside the installed packages) that its module reaches and that use
-    threads, locks, queues or the clock: the code under test is seldom in the test's file, and
-    a lost update between two threads in the user's ``readers.py`` passed 200 schedules, found
-    at the second once named in ``modules`` (a blind user's). An installed package's modules
-    are made cooperative, not traced (``used_modules``)."""
+    user's own modules (outside the installed packages) that its module reaches: the code under
+    test is seldom in the test's file, and a lost update between two threads in the user's
+    ``readers.py`` passed 200 schedules, found at the second once named in ``modules`` (a blind
+    user's). Whatever they import: a counter class whose module imports nothing of threading
+    runs in the threads all the same, and its ``n = self.n; self.n = n + 1`` passed 300
+    schedules untraced. An installed package's modules are made cooperative, not traced
+    (``used_modules``)."""
     resolved = resolve_modules((underlying(fn), *modules, *LIBRARY_MODULES))
-    return resolved + tuple(module for module in used_modules(fn, resolved) if users_own(module))
+    own = used_modules(fn, resolved, own_code=True)
+    return resolved + tuple(module for module in own if users_own(module))
 
 
 THREAD_API = frozenset({"threading", "queue", "_thread", "concurrent", "time"})
@@ -83,7 +86,11 @@ ASYNC_API = frozenset({"asyncio", "time"})
 
 
 def used_modules(
-    fn: Callable[..., Any], known: Iterable[types.ModuleType], api: frozenset[str] = THREAD_API
+    fn: Callable[..., Any],
+    known: Iterable[types.ModuleType],
+    api: frozenset[str] = THREAD_API,
+    *,
+    own_code: bool = False,
 ) -> tuple[types.ModuleType, ...]:
     """The modules a test's module reaches (``reached_modules``: what it imports, and through
     the user's own code what that imports) that use ``api`` themselves: a pool or a serving loop
@@ -94,12 +101,14 @@ def used_modules(
     their code makes while the test runs are the baton's: a thread waiting on a real one would
     hold the baton and wait out its timeout alone, and a correct pool would answer None. For an
     async test (``ASYNC_API``) their clocks read the loop and the asyncio primitives they made
-    at import get fresh copies for each schedule's loop, as the test's own module's do."""
+    at import get fresh copies for each schedule's loop, as the test's own module's do. With
+    ``own_code``, every reached module of the user's own too, whatever it imports."""
     module = inspect.getmodule(underlying(fn))
     if module is None:
         return ()
     seen = {known_module.__name__ for known_module in known}
-    return tuple(found for found in reached_modules([module], api) if found.__name__ not in seen)
+    reached = reached_modules([module], api, own_code=own_code)
+    return tuple(found for found in reached if found.__name__ not in seen)
 
 
 def loop_modules(fn: Callable[..., Any], modules: Iterable[object]) -> tuple[types.ModuleType, ...]:
