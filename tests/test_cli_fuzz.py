@@ -191,6 +191,20 @@ def test_a_factory_missing_the_protocol_is_a_usage_error(tmp_path: Path) -> None
     done = kvstress("fuzz", "--pool", "halfpool:Half", cwd=tmp_path)
     assert done.returncode == 2
     assert "lacks the protocol's mark_in_use, retain, release, free_count, free_ids" in done.stderr
+    assert "built a Half," in done.stderr
+
+
+def test_a_type_name_takes_the_article_it_is_read_with() -> None:
+    """A blind user's ``OneSpaceBuggy`` was "built an OneSpaceBuggy"."""
+    from kvstress.fuzz._target import _a
+
+    assert [_a(name) for name in ("OneSpacePool", "UniformPool", "int", "AsyncPool", "list")] == [
+        "a OneSpacePool",
+        "a UniformPool",
+        "an int",
+        "an AsyncPool",
+        "a list",
+    ]
 
 
 def test_a_coroutine_where_the_protocol_makes_a_plain_call_is_a_usage_error(tmp_path: Path) -> None:

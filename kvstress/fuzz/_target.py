@@ -322,5 +322,8 @@ def _build(
 
 
 def _a(name: str) -> str:
-    """``a list``, ``an int``: a type's name with its article."""
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+    """``a list``, ``an int``, ``a OneSpacePool``, ``a UniformPool``: a type's name with its
+    article, by its sound where a vowel sounds as a consonant (``an OneSpacePool`` read wrong)."""
+    lower = name.lower()
+    vowel = lower[:1] in "aeiou" and not lower.startswith(("one", "uni", "use", "usu", "uti", "eu"))
+    return f"{'an' if vowel else 'a'} {name}"
