@@ -66,10 +66,12 @@ def _aba(motif: Scenario) -> bool:
 
 
 def _two_parked(motif: Scenario) -> bool:
-    """Two waiters parked alike (not one parked and one arriving as the blocks come back)."""
+    """Two waiters parked alike beside the holder alone (not one parked and one arriving as the
+    blocks come back, nor two beside a third whose deadline lands as one comes back)."""
     parked = [program for program in motif.programs if program[-1] == ("acquire", PARKED_WAIT)]
     return (
-        len(parked) == 2
+        len(motif.programs) == 3
+        and len(parked) == 2
         and parked[0] == parked[1]
         and all(step[0] != "cancel" for program in motif.programs for step in program)
     )

@@ -186,14 +186,44 @@ def test_a_release_that_kept_the_block_frees_nothing() -> None:
 
 def test_a_block_handed_to_a_waiter_that_gave_up_is_free_only_from_its_return() -> None:
     """A FIFO pool hands block 0 to c, queued first; c's timeout races the hand-off and c passes
-    the block on to b as it returns at 1.5: b's wait behind c is no missed wake-up."""
+    the block on to b as it returns at 1.005: b's wait behind c is no missed wake-up."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "c", "acquire", 0.4, 1.005, "info", None, timeout=0.6),
+        op(2, "b", "acquire", 0.5, 1.005, result=0, timeout=1.5),
+        op(3, "a", "release", 0.9, 1.0, result=True, block=0),
+    ]
+    check_wakeups(history, backoff_bound=0.0, slack=0.01)
+
+
+def test_a_waiter_that_timed_out_long_after_the_release_excuses_nobody_before_then() -> None:
+    """c returns None at 1.5, half a second after block 0 came back: a hand-off that reached it
+    at 1.0 would have woken it then (it kept waiting beside its own block), so it may have held
+    the block only from the bound before its return. b, waiting from 0.5, was kept waiting
+    beside the free block from 1.0: a missed wake-up, one of theirs."""
     history = [
         op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
         op(1, "c", "acquire", 0.4, 1.5, "info", None, timeout=1.1),
         op(2, "b", "acquire", 0.5, 1.5, result=0, timeout=1.5),
         op(3, "a", "release", 0.9, 1.0, result=True, block=0),
     ]
-    check_wakeups(history, backoff_bound=0.0, slack=0.01)
+    with pytest.raises(InvariantViolation, match=r"lost-wakeup.*until 1\.490000 s, when another acquire"):
+        check_wakeups(history, backoff_bound=0.0, slack=0.01)
+
+
+def test_two_waiters_that_both_time_out_beside_a_free_block_do_not_excuse_each_other() -> None:
+    """A notify spent on a third waiter whose deadline landed as the block came back, and
+    dropped: b and c slept on to their own timeouts. Each may have been handed the block only as
+    it gave up, so from 1.0 the block sat free beside both (CPython bpo-32734's motif)."""
+    history = [
+        op(0, "a", "acquire", 0.0, 0.1, result=0, timeout=0.0),
+        op(1, "d", "acquire", 0.5, 1.0, "info", None, timeout=0.5),
+        op(2, "b", "acquire", 0.5, 2.5, "info", None, timeout=2.0),
+        op(3, "c", "acquire", 0.5, 2.5, "info", None, timeout=2.0),
+        op(4, "a", "release", 0.99, 1.0, result=True, block=0),
+    ]
+    with pytest.raises(InvariantViolation, match="lost-wakeup"):
+        check_wakeups(history, backoff_bound=0.0, slack=0.01)
 
 
 def test_a_block_passed_on_late_by_a_waiter_that_gave_up_is_a_lost_wakeup() -> None:

@@ -14,7 +14,10 @@ its thread could not run (``observed["excused_s"]``), missed a wake-up. Fair poo
 for (docs/protocol.md, "Fairness and hand-off"): a block another waiter took is not free, and a
 block released while other acquires were waiting may have been handed to one of them that then
 gave up (timed out or was cancelled as the hand-off reached it), so it counts as free only from
-that one's return on.
+that one's return on. As it gave up: a hand-off that reached a waiter still waiting wakes it
+within the bound, so one that timed out held the block back from no earlier than the bound
+(plus its own excused time) before its return. The waiter is judged on the longest stretch
+outside every such hold.
 
 ``acquire_many`` (an optional member): a batch that answered with the block took it, like an
 acquire; one whose effect is unknown may have. A FIFO-fair pool serves a batch at the head of
@@ -63,8 +66,15 @@ def check_wakeups(
         # each cancelled one still in flight once the block was freed, which may have held it
         # until it returned (and then for ``settle``, should it go back through a reset worker):
         # a cancelled acquire holds nothing after (the quiet checks' lost-block).
+        # Each as (op, from, until): a hand-off that reached a waiter still waiting wakes it
+        # within the bound, so one that timed out held the block back from no earlier than the
+        # bound (and its own excused time) before its return; held longer, it kept waiting
+        # beside its own block, and two waiters that both time out beside one free block do
+        # not excuse each other (a notify dropped by a timed-out waiter, two others parked).
         handed = [
-            (op, op.end + settle if op.result == "cancelled" else op.end)
+            (op, freed, op.end + settle)
+            if op.result == "cancelled"
+            else (op, _handed_from(op, freed, bound), op.end)
             for op in acquires
             if op.end is not None
             and _gave_up(op)
@@ -74,7 +84,7 @@ def check_wakeups(
         # And each cancelled one that returned before, but which the pool may still serve (a
         # worker or an actor waits for a block on its behalf until its deadline): it may take
         # the block as it is freed, find its caller gone, and give it back within ``settle``.
-        handed += [(op, freed + settle) for op in acquires if _served_after_return(op, freed, settle)]
+        handed += [(op, freed, freed + settle) for op in acquires if _served_after_return(op, freed, settle)]
         # Each batch still waiting once the block was freed, with its start and return.
         queued = [(op.start, op.end) for op in batches if op.end is not None and op.end >= freed]
         for waiter in acquires:
@@ -83,19 +93,25 @@ def check_wakeups(
             # The waiter's own take counts at its return: holding a block, it has no reason
             # to keep waiting.
             taken = min((op.start for op in takers if op is not waiter), default=float("inf"))
-            reserved = max((end for op, end in handed if op is not waiter), default=freed)
-            ahead = [end for start, end in queued if start < waiter.end]
-            reserved = max(reserved, *ahead) if ahead else reserved
-            free_from, free_to = max(freed, waiter.start, reserved), min(taken, waiter.end)
+            held = [(since, until) for op, since, until in handed if op is not waiter]
+            held += [(freed, end) for start, end in queued if start < waiter.end]
+            free_from, free_to = _longest_free(max(freed, waiter.start), min(taken, waiter.end), held)
             # Time the waiter's own thread could not run (an OS stall, a jump for a sleeper
             # while it sat runnable) is not a missed wake-up.
             excused = waiter.observed.get("excused_s", 0.0) if waiter.observed else 0.0
             if free_to - free_from > bound + excused:
+                reserved = max((until for _, until in held if until <= free_from), default=freed)
+                until = (
+                    _until(waiter, block, taken)
+                    if free_to >= min(taken, waiter.end)
+                    else f"until {free_to:.6f} s, when another acquire that then timed out may have "
+                    "been handed it"
+                )
                 raise InvariantViolation(
                     "lost-wakeup",
                     f"{waiter.describe()} kept waiting for {free_to - free_from:.6g} s while block "
                     f"{block} sat free (released by {release.worker} at {release.end:.6f} s{late}"
-                    f"{_from(waiter, freed, reserved, free_from)}, {_until(waiter, block, taken)}); "
+                    f"{_from(waiter, freed, reserved, free_from)}, {until}); "
                     f"the bound is {bound:.6g} s (backoff {backoff_bound:g} + slack {slack:g})",
                     history=tuple(history),
                 )
@@ -107,7 +123,7 @@ def _from(waiter: Operation, freed: float, reserved: float, free_from: float) ->
     read as 0.8995 s between 0.001 and 1.0005 s, a blind user's)."""
     if free_from <= freed:
         return ""
-    if free_from == waiter.start and free_from > reserved:
+    if free_from == waiter.start and free_from >= reserved:
         return f", counted from this acquire's call at {free_from:.6f} s"
     return (
         f", counted free from {free_from:.6f} s: another acquire that gave up, or a batch "
@@ -155,6 +171,31 @@ def _served_after_return(op: Operation, at: float, settle: float) -> bool:
         return False
     until = served_until(op, settle)
     return until is None or at <= until
+
+
+def _longest_free(start: float, end: float, held: list[tuple[float, float]]) -> tuple[float, float]:
+    """The longest stretch of ``start``..``end`` outside every ``held`` (from, until) interval
+    (``start``, ``start``: none)."""
+    best = (start, start)
+    at = start
+    for since, until in sorted(held):
+        if since > at and min(since, end) - at > best[1] - best[0]:
+            best = (at, min(since, end))
+        at = max(at, until)
+        if at >= end:
+            return best
+    if end - at > best[1] - best[0]:
+        best = (at, end)
+    return best
+
+
+def _handed_from(op: Operation, freed: float, bound: float) -> float:
+    """The earliest a block freed at ``freed`` may have been held for ``op``, an acquire that
+    timed out: a hand-off as it gave up, within the bound (and the time its thread could not
+    run) before its return."""
+    assert op.end is not None
+    excused = op.observed.get("excused_s", 0.0) if op.observed else 0.0
+    return max(freed, op.end - bound - excused)
 
 
 def _gave_up(op: Operation) -> bool:

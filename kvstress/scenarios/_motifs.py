@@ -152,11 +152,14 @@ def motifs(
     if virtual:
         # The same hand-off landing on the first waiter's deadline (its timeout expires at the
         # instant the block comes back): a pool whose timed-out waiter consumed the notify, or
-        # the block handed to it, must pass it on to the other.
+        # the block handed to it, must pass it on to the others; and pass on only that one,
+        # two others parked: one that wakes the first waiter not yet woken, the release having
+        # woken one already, wakes a second for the one block (asyncio.Lock, bpo-32734).
         found.append(
             _of(
                 [*take_all, ("sleep", SETTLE), ("release", None)],
                 [("sleep", SETTLE / 2), ("acquire", SETTLE / 2)],
+                parked,
                 parked,
             )
         )
