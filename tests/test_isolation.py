@@ -263,6 +263,54 @@ def test_a_process_that_does_not_stop_is_killed_with_its_stacks_in_the_report(
     assert any("in die" in line for line in report["stderr"]), report["stderr"]
 
 
+SLOW = "pools.slow_import:SlowToImportPool"
+
+
+def test_a_slow_start_up_is_not_counted_against_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The overstay counts from the search's start, not the child's: under ``-X tracemalloc=5``
+    loading took 28 s and more, and a correct pool was killed as hung (a blind user's CI)."""
+    from kvstress.fuzz import _isolate
+
+    monkeypatch.setattr(_isolate, "OVERSTAY_S", 2.0)
+    status = main(["fuzz", "--pool", SLOW, "--budget", "1", "--report-dir", str(tmp_path)])
+    assert status == 0 and not list(tmp_path.glob("*.json"))
+
+
+def test_a_child_still_loading_past_its_bound_is_killed_with_its_stacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvstress.fuzz import _isolate
+
+    monkeypatch.setattr(_isolate, "LOAD_S", 2.0)
+    status = main(["fuzz", "--pool", SLOW, "--budget", "1", "--report-dir", str(tmp_path)])
+    (found,) = tmp_path.glob("*.json")
+    report = load_report(found)
+    assert status == 1 and report["invariant"] == "crash" and report["mode"] == "unknown"
+    message = str(report["message"])
+    assert "did not stop loading within 2 s while kvstress loaded the pool" in message
+    # Its stacks where it had started up far enough to write them (torch's import alone may
+    # take longer on a loaded machine); else the message says it wrote none.
+    if report["stderr"]:
+        assert "stacks as it was killed are in the report's stderr" in message
+    else:
+        assert "it wrote no stacks" in message
+
+
+def test_a_tracing_interpreter_gives_its_children_longer() -> None:
+    import tracemalloc
+
+    from kvstress.fuzz._isolate import slowdown
+
+    plain = slowdown()
+    tracemalloc.start()
+    try:
+        assert slowdown() == 15 * plain
+    finally:
+        tracemalloc.stop()
+
+
 _ORPHAN = """
 import os, time
 from kvstress.fuzz._isolate import _end_with

@@ -6,8 +6,9 @@ record in shared memory (``kvstress._flight``: the slice, its strategy and seed,
 execution in flight). A child that ends without handing in its result is a finding: the
 supervisor writes a ``crash`` report at once (the signal or exit status, the flight record, the
 child's last stderr lines, with ``faulthandler``'s stacks of every thread when a signal killed
-it), stops the other children and returns. A child over its budget by ``OVERSTAY_S`` is killed
-and reported the same way, so the run always ends. ``memory_limit`` bounds each child's heap and
+it), stops the other children and returns. A child over its budget by ``OVERSTAY_S`` (counted
+from its search's start), or still loading after ``LOAD_S``, is killed and reported the same
+way, so the run always ends. ``memory_limit`` bounds each child's heap and
 private memory (``RLIMIT_DATA``): a runaway pool then fails an allocation, a ``crash`` finding,
 instead of taking the machine down. Not ``RLIMIT_AS``: a CUDA context reserves far more address
 space than it uses, and would fail under any limit a machine's memory suggests.
@@ -43,7 +44,25 @@ from kvstress.fuzz._run import FuzzOutcome, Progress, signal_from_the_pool
 from kvstress.fuzz._target import FuzzTarget, cwd_entries
 
 OVERSTAY_S = 60.0
-"""Seconds a child may run past its budget before the supervisor kills it as hung."""
+"""Seconds a child may run past its budget, counted from its search's start, before the
+supervisor kills it as hung (times ``slowdown()``)."""
+LOAD_S = 120.0
+"""Seconds a child may take to load (import kvstress, torch and the pool's module, build the
+pool that checks the protocol) before the supervisor kills it as hung (times ``slowdown()``):
+about 2 s here, 28 s under ``-X tracemalloc=5``, where a correct pool was killed "hung" at the
+budget and the overstay counted from the child's start (a blind user's CI)."""
+
+
+def slowdown() -> float:
+    """How many times slower than usual this interpreter runs the search, as its children
+    inherit its flags: ``tracemalloc`` tracing (its frames stored for every allocation: an
+    import 15 times slower) and dev mode (the debug allocator's checks)."""
+    import tracemalloc
+
+    factor = 15.0 if tracemalloc.is_tracing() else 1.0
+    return factor * 2.0 if sys.flags.dev_mode else factor
+
+
 STDERR_LINES = 40
 DUMP_LINES = 400  # every thread's stack (faulthandler keeps 100 frames a thread)
 """The child's last stderr lines kept in a crash report."""
@@ -194,6 +213,8 @@ def supervise(
         for worker, stream in enumerate(streams)
     ]
     start = time.monotonic()
+    slow = slowdown()
+    searching_since: float | None = None  # when the first child loaded the pool
     results: dict[int, tuple[str | None, int, int, bool]] = {}
     progress: dict[int, Progress] = {}
     loaded: dict[str, str] = {}  # "mode" once a child loaded the pool, "refused" if it could not
@@ -211,7 +232,14 @@ def supervise(
                     death = _death(job, worker, streams, child.exitcode, records, progress, logs, start)
                     break
             else:
-                if time.monotonic() - start > job.budget_s + OVERSTAY_S:
+                now = time.monotonic()
+                if searching_since is None and "mode" in loaded:
+                    searching_since = now
+                if (
+                    now - start > LOAD_S * slow
+                    if searching_since is None
+                    else now - searching_since > job.budget_s + OVERSTAY_S * slow
+                ):
                     worker = next(w for w in range(len(children)) if w not in results)
                     _dump_stacks(children[worker])
                     children[worker].kill()
@@ -404,12 +432,22 @@ def write_crash_report(job: Job, death: Death) -> Path:
     )
     if death.exitcode is None:
         # kvstress stopped it: the pool did not end it. Its stacks, dumped first, are in stderr.
+        slow = slowdown()
+        limit = (
+            f"within {OVERSTAY_S * slow:g} s of its budget"
+            if job.mode != "unknown"
+            else f"loading within {LOAD_S * slow:g} s"
+        )
+        stacks = (
+            "its threads' stacks as it was killed are in the report's stderr"
+            if death.stderr
+            else "it wrote no stacks (killed before it could: still starting up)"
+        )
         message = (
-            f"the fuzzing process did not stop within {OVERSTAY_S:g} s of its budget {where}, and "
-            "was killed: a thread blocked where kvstress cannot see it (a blocking socket or file "
-            "call, a C extension's lock, a finalizer or callback waiting for a lock a parked "
-            "thread holds) or a call that never returns; its threads' stacks as it was killed "
-            "are in the report's stderr"
+            f"the fuzzing process did not stop {limit} {where}, and was killed: a thread blocked "
+            "where kvstress cannot see it (a blocking socket or file call, a C extension's lock, a "
+            "finalizer or callback waiting for a lock a parked thread holds) or a call that never "
+            f"returns; {stacks}"
         )
     else:
         if death.exitcode < 0:
