@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -324,6 +325,24 @@ def test_a_replay_command_quotes_a_node_id_a_shell_would_split() -> None:
     assert command("t.py::test[a;b]") == "pytest --kvstress-replay=ks1:AB 't.py::test[a;b]'"
     assert command("t.py::test[x'y]") == """pytest --kvstress-replay=ks1:AB 't.py::test[x'"'"'y]'"""
     assert command("t.py::test[{k}]") == "pytest --kvstress-replay=ks1:AB 't.py::test[{k}]'"
+
+
+def test_a_replay_command_names_the_test_from_where_pytest_was_started(tmp_path: Path) -> None:
+    """``pytest proj`` from the parent directory: the node id is the rootdir's (``tests/...``),
+    and the line pasted there found no such file (a blind team's CI)."""
+    from types import SimpleNamespace
+
+    from kvstress.pytest_plugin._explore import _replay_hint
+
+    def command(rootdir: Path, started: Path) -> str:
+        config = SimpleNamespace(rootpath=rootdir, invocation_params=SimpleNamespace(dir=started))
+        item = SimpleNamespace(nodeid="tests/test_x.py::test[a]", config=config)
+        return _replay_hint(item).format("ks1:AB")  # type: ignore[arg-type]
+
+    root = tmp_path / "proj"
+    assert command(root, tmp_path) == "pytest --kvstress-replay=ks1:AB 'proj/tests/test_x.py::test[a]'"
+    assert command(root, root) == "pytest --kvstress-replay=ks1:AB 'tests/test_x.py::test[a]'"
+    assert command(root, root / "tests") == "pytest --kvstress-replay=ks1:AB 'test_x.py::test[a]'"
 
 
 def test_the_summary_lists_explored_tests_run_by_xdist_workers(pytester: pytest.Pytester) -> None:
