@@ -967,3 +967,23 @@ def test_unnamed_tasks_are_named_by_their_runs_own_count() -> None:
         finally:
             loop.close()
     assert names == [["Task-1", "Task-2", "mine"]] * 2
+
+
+def test_asyncio_debug_mode_reads_no_virtual_time_as_a_slow_callback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under -X dev (asyncio's debug mode) every virtual second the loop's pump moved read as a
+    slow callback: hundreds of "Executing <Handle ControlledEventLoop._kv_pump()> took 0.150
+    seconds" warnings in a run (a blind team's CI)."""
+    monkeypatch.setenv("PYTHONASYNCIODEBUG", "1")
+
+    async def sleepers() -> None:
+        async def sleeper() -> None:
+            for _ in range(5):
+                await asyncio.sleep(0.2)
+
+        await asyncio.gather(sleeper(), sleeper())
+
+    with caplog.at_level("WARNING", logger="asyncio"):
+        run_controlled(sleepers, RandomScheduler(seed=1))
+    assert not [record for record in caplog.records if "Executing" in record.getMessage()]

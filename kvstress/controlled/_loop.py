@@ -224,6 +224,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         """True while a gated call is handed to its executor (``ThreadPoolExecutor.submit``'s
         wrapper then leaves it to the loop's own count)."""
         super().__init__()  # first: BaseEventLoop.__del__ needs its fields even if we raise below
+        # In debug mode (-X dev, PYTHONASYNCIODEBUG) a callback's duration is read on this
+        # loop's clock, virtual: the pump that moves it read as slow, hundreds of warnings a run.
+        self.slow_callback_duration = math.inf
         try:
             _check_options(max_steps, start_time)
             if not scheduler.new_execution():
