@@ -748,6 +748,40 @@ def test_a_timeout_alarm_fails_the_explored_test_not_the_session(
     assert "Timeout (>" in out and "--kvstress-replay=" not in out, out
 
 
+CUT_IN_TEARDOWN = """
+import pytest
+
+torn_down = []
+
+
+@pytest.fixture
+def resource():
+    yield
+    torn_down.append(1)
+    if len(torn_down) == 3:  # pytest-timeout's alarm, landing in the third schedule's teardown
+        pytest.fail("Timeout (>1.0s) from pytest-timeout.")
+
+
+@pytest.mark.kvstress_explore(schedules=10, seed=0)
+def test_cut(resource):
+    pass
+"""
+
+
+def test_a_timeout_alarm_in_a_schedules_teardown_says_it_cut_the_exploration(
+    pytester: pytest.Pytester,
+) -> None:
+    """The call passed and the teardown failed with the alarm: the test read as passed, an error
+    beside it, and nothing said that seven schedules never ran (a blind team's CI)."""
+    pytester.makeini(INI)
+    pytester.makepyfile(test_cut=CUT_IN_TEARDOWN)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, errors=1)
+    out = result.stdout.str()
+    assert "stopped the exploration in the teardown of schedule 3" in out, out
+    assert "--kvstress-replay=" not in out
+
+
 def test_under_pytest_repeat_the_replay_line_carries_its_count(pytester: pytest.Pytester) -> None:
     """pytest-repeat's copy ``test[1-2]`` exists only under its ``--count``: the replay line
     names it (it said "not found" run as printed, a blind team's)."""

@@ -148,6 +148,15 @@ def _once(
         cut = calls[2].excinfo is not None and stopped_by_timeout(calls[2].excinfo.value)
         if not cut:  # pytest-timeout's alarm in the teardown: no replay would fail there
             reports[2].sections.append((SECTION, run.teardown_note()))
+        else:  # the call passed: without a word, a cut exploration read as a whole one
+            reports[2].sections.append(
+                (
+                    SECTION,
+                    f"kvstress: pytest-timeout's limit stopped the exploration in the teardown of "
+                    f"schedule {run.runs}; the schedules before it passed, the rest did not run. A "
+                    "longer timeout for this test, or fewer schedules, lets it finish",
+                )
+            )
     if not last and not reports[-1].passed:
         _tear_down_to(nextitem, item, direct)  # the run ends here, with the parent still set up
         run.done = True
