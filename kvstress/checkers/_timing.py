@@ -132,20 +132,28 @@ def check_parking(elapsed: float, cpu_s: float | None, suspensions: int | None, 
 
 
 def check_woken(
-    got_block: bool, waited_after_free: float, backoff_bound: float, policy: TimingPolicy
+    got_block: bool,
+    waited_after_free: float,
+    backoff_bound: float,
+    policy: TimingPolicy,
+    call: str = "a waiter",
+    freed: str = "a block",
 ) -> None:
-    """A waiter gets a block that became free within the backoff bound plus slack."""
+    """A waiter gets a block that became free within the backoff bound plus slack. ``call``
+    names the waiting call (``b1: acquire_many(3, timeout=1)``), ``freed`` what came free for it
+    (a batch waits for its ``n``: "a block" misread one batch's finding)."""
     slack = policy.slack_now()
     limit = backoff_bound + slack
     if not got_block:
         raise InvariantViolation(
             "lost-wakeup",
-            f"a waiter timed out {waited_after_free:.4f} s after a block became free "
+            f"{call} timed out {waited_after_free:.4f} s after {freed} became free "
             f"(allowed: backoff bound {backoff_bound:g} s + slack {policy.slack_words(slack)})",
         )
     if waited_after_free > limit:
         raise InvariantViolation(
             "lost-wakeup",
-            f"a waiter got its block {waited_after_free:.4f} s after it became free "
+            f"{call} got {'its block' if freed == 'a block' else 'them'} {waited_after_free:.4f} s after "
+            f"{'it' if freed == 'a block' else 'they'} became free "
             f"(allowed: backoff bound {backoff_bound:g} s + slack {policy.slack_words(slack)})",
         )
