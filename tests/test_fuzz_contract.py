@@ -44,9 +44,9 @@ def test_the_contract_runs_once_after_a_short_first_slice() -> None:
     from kvstress.fuzz._run import DELAY_SLICE_S, LEAD_SLICE_S, SLICE_S, _slice_s
 
     order = [_strategy_at(DEFAULT_MIX, i) for i in range(15)]
-    first_pass = ["pct", "random", "contract", "delay", "random", "machine", "pct", "stress"]
-    assert order[:10] == [*first_pass, "pct", "random"]
-    assert "contract" not in order[3:]
+    first_pass = ["pct", "random", "contract", "delay", "random", "machine", "pct", "stress", "history"]
+    assert order[:11] == [*first_pass, "pct", "random"]
+    assert "contract" not in order[3:] and "history" not in order[9:]
     # The delay strategy's first slice runs the motifs' hot plans; its later ones are short.
     lead, rest = [LEAD_SLICE_S] * 2, [SLICE_S] * 3
     assert [_slice_s(DEFAULT_MIX, i) for i in range(5)] == lead + rest

@@ -55,7 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
     parser.add_argument(
         "--strategy",
         default="auto",
-        help="auto, or a list of contract,delay,pct,random,machine,stress (%(default)s)",
+        help="auto, or a list of contract,delay,pct,random,machine,stress,history (%(default)s)",
     )
     parser.add_argument("--workers", type=int, default=1, metavar="N", help="processes (%(default)s)")
     parser.add_argument("--shard", default="0/1", metavar="I/N", help="this machine's share (%(default)s)")

@@ -11,9 +11,21 @@ leave the new holder's block as it was). The quiescent check runs after each ste
 milliseconds, and a pool that clamps a double release or accepts a retain on a FREE block fails
 it at once, where the state machine's random programs take a second or more to try that misuse.
 Nothing is random, so its report replays exactly.
+
+A long history, the same way, runs as a slice of its own (``history``, once, after the mix's
+first pass: it takes a second or so, which the searches' first slices must not wait for):
+every block taken and given back, round after round (``CHURN_ROUNDS``, on pools of up to
+``CHURN_MAX_BLOCKS``), the first handle the pool gave the first block tried at each round while
+every block is held, the pool checked at rest every ``CHURN_CHECK`` rounds and at the end. A
+pool that loses a block every hundredth release (a compaction that appends to the old free
+list), or whose tenancy counter wraps at 256 (a handle of 256 tenancies ago accepted again),
+shows it only past hundreds of operations, where every search runs a few dozen an execution (a
+blind tester's designs, missed by every strategy and size).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from kvstress import _flight
 from kvstress._violation import InvariantViolation
@@ -41,6 +53,57 @@ retired_2 = state.release(ref=blocks_2)
 state.teardown()"""
 """The program, as the state machine prints one (``{machine}``: the machine's class name;
 ``{every}``: each block taken, then each given back)."""
+
+HISTORY = """\
+state = {machine}()
+blocks_0 = state.acquire(holder='h0', timeout=0)
+retired_0 = state.release(ref=blocks_0)
+for round in range({rounds}):  # every block taken, the first block's first handle tried
+    held = [state.acquire(holder='h4', timeout=0) for _ in range({blocks})]
+    for operation in {uses!r}:
+        state.stale_use(ref=retired_0, operation=operation, first=True)
+    for ref in held:
+        state.release(ref=ref)
+    if round % {check} == {last}:
+        state.pool_is_consistent()
+state.teardown()"""
+"""The long history's program, as the state machine would print it, its loop folded."""
+
+CHURN_ROUNDS = 300
+"""Rounds of the long history: past a counter of 8 bits wrapping (256), and three hundredth
+releases of a pool of two."""
+CHURN_MAX_BLOCKS = 8
+"""The largest pool the long history runs on (its cost grows with the pool: ``--blocks 64``
+would make it tens of thousands of calls)."""
+CHURN_CHECK = 25
+"""Rounds between two checks of the pool at rest in the long history."""
+
+
+def run_history(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
+    """Run ``HISTORY`` on ``target``'s pool (nothing on a pool larger than ``CHURN_MAX_BLOCKS``):
+    the violation it ends with (or None), and the program's text for a report."""
+    machine = machine_for(target, CONTRACT_HANG_BOUND, batches=False)
+    program = HISTORY.format(
+        machine=machine.__name__,
+        rounds=CHURN_ROUNDS,
+        blocks=target.num_blocks,
+        uses=STALE_USES,
+        check=CHURN_CHECK,
+        last=CHURN_CHECK - 1,
+    )
+    if target.num_blocks > CHURN_MAX_BLOCKS:
+        return None, program
+    _flight.execution_started()
+    state = machine()
+    try:
+        retired_0 = state.release(ref=state.acquire(holder="h0", timeout=0))
+        _churn(state, target.num_blocks, retired_0)
+    finally:
+        try:
+            state.teardown()
+        except InvariantViolation as violation:
+            return violation, program
+    return None, program
 
 
 def run_contract(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
@@ -91,3 +154,17 @@ def run_contract(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
         except InvariantViolation as violation:
             return violation, program
     return None, program
+
+
+def _churn(state: Any, num_blocks: int, stale: Any) -> None:
+    """The long history (see the module's docstring); it stops at the first violation."""
+    for round_ in range(CHURN_ROUNDS):
+        held = [state.acquire(holder="h4", timeout=0) for _ in range(num_blocks)]
+        for operation in STALE_USES:
+            state.stale_use(ref=stale, operation=operation, first=True)
+        for ref in held:
+            state.release(ref=ref)
+        if state.violation is not None:
+            return
+        if round_ % CHURN_CHECK == CHURN_CHECK - 1:
+            state.pool_is_consistent()

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvstress.fuzz._contract import run_contract
+from kvstress.fuzz._contract import run_contract, run_history
 from kvstress.fuzz._run import ctrl_c_flag
 from kvstress.fuzz._slices import run_machine, scenario_config
 from kvstress.fuzz._target import FuzzTarget, load_target, make_cwd_importable
@@ -105,14 +105,15 @@ def _replay_in_place(
     if kind == "scenario":
         return _replay_schedule(target, report, invariant, tries)
     if kind == "contract":
-        violation, _ = run_contract(target)
+        history = report.get("strategy") == "history"
+        violation, _ = (run_history if history else run_contract)(target)
+        name = "long history" if history else "contract"
         if violation is None:
-            return ReplayOutcome(
-                invariant, 1, 0, "the contract program ran clean: the pool no longer fails it"
-            )
+            clean = f"the {name} program ran clean: the pool no longer fails it"
+            return ReplayOutcome(invariant, 1, 0, clean)
         if violation.invariant != invariant:
             return ReplayOutcome(invariant, 1, 0, f"it failed differently: {violation}")
-        return ReplayOutcome(invariant, 1, 1, "exact replay of the fixed contract program")
+        return ReplayOutcome(invariant, 1, 1, f"exact replay of the fixed {name} program")
     if kind == "stress":
         stress_config = scenario_config(target)
         if config.get("fixed_scenario"):  # a motif: its programs are in the report

@@ -34,8 +34,8 @@ from kvstress.fuzz._target import FuzzTarget
 from kvstress.reports import versions, write_report
 from kvstress.scenarios._switches import switch_fields
 
-DEFAULT_MIX = ("pct", "random", "contract", "delay", "random", "machine", "pct", "stress")
-ONCE = frozenset({"contract"})
+DEFAULT_MIX = ("pct", "random", "contract", "delay", "random", "machine", "pct", "stress", "history")
+ONCE = frozenset({"contract", "history"})
 """Strategies that are one fixed program: they run once, first, and then leave the cycle."""
 SLICE_S = 1.0
 LEAD_SLICE_S = 0.1

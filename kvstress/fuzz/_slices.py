@@ -25,7 +25,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from kvstress import _flight
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
-from kvstress.fuzz._contract import run_contract
+from kvstress.fuzz._contract import run_contract, run_history
 from kvstress.fuzz._target import FuzzTarget, machine_for
 from kvstress.machines import PoolMachine
 from kvstress.machines._program import shortened
@@ -37,7 +37,7 @@ from kvstress.scenarios._switches import Switch
 from kvstress.scenarios._table import interleaving_table
 from kvstress.schedulers import DelayBoundedScheduler, PCTScheduler, RandomScheduler
 
-STRATEGIES = ("contract", "delay", "pct", "random", "machine", "stress")
+STRATEGIES = ("contract", "delay", "pct", "random", "machine", "stress", "history")
 SHORT_STRESS_S = 0.5
 """A stress slice shorter than this runs only the motifs: one drawn scenario waits out its
 timeouts for longer than the whole slice."""
@@ -667,14 +667,27 @@ def _history_table(history: tuple[Operation, ...]) -> str | None:
 
 
 def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
+    return _fixed(target, seed, "contract", run_contract)
+
+
+def _history(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
+    return _fixed(target, seed, "history", run_history)
+
+
+def _fixed(
+    target: FuzzTarget,
+    seed: int,
+    strategy: str,
+    run: Callable[[FuzzTarget], tuple[InvariantViolation | None, str]],
+) -> SliceResult:
     # One fixed program: the budget and shrinking do not apply, nor the seed but as a label.
     start = time.monotonic()
-    violation, program = run_contract(target)
+    violation, program = run(target)
     if violation is None:
         return SliceResult(1, len(program.splitlines()) - 2)
     finding = Finding(
         violation,
-        "contract",
+        strategy,
         seed,  # the slice's, as every finding says one (its fixed program needs none to replay)
         time.monotonic() - start,
         "contract",
@@ -688,6 +701,7 @@ def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | 
 
 _RUNNERS: dict[str, _Runner] = {
     "contract": _contract,
+    "history": _history,
     "machine": _machine,
     "stress": _stress,
 }

@@ -167,10 +167,11 @@ class PoolDriver(Scenarios):
         """retain or mark_in_use on a block nobody holds: it must raise."""
         self._dispatch(holder, lambda: self.op_misuse(holder, block_id, operation), self._bound(0))
 
-    def stale_use(self, holder: str, block_id: int, operation: str) -> None:
+    def stale_use(self, holder: str, block_id: int, operation: str, first: bool = False) -> None:
         """retain, mark_in_use or release through the handle of the block's previous tenancy
-        while it is held again: it must be refused and change nothing."""
-        self._dispatch(holder, lambda: self.op_stale_use(holder, block_id, operation), self._bound(0))
+        (with ``first``, of its first) while it is held again: it must be refused and change
+        nothing."""
+        self._dispatch(holder, lambda: self.op_stale_use(holder, block_id, operation, first), self._bound(0))
 
     @property
     def cancels_tasks(self) -> bool:

@@ -51,6 +51,9 @@ class Ledger:
         # The handle of each block's tenancy before its latest, where the pool gave that one a
         # handle of its own (a stale handle to try while the block is held again).
         self.previous: dict[int, object] = {}
+        # The first handle the pool gave each block: a tenancy counter that wraps (8 bits) lets
+        # a handle of 256 tenancies ago pass for the current one (the contract's long history).
+        self.first: dict[int, object] = {}
         self.ended: Counter[int] = Counter()  # tenancies whose last reference was released
         self.returned: Counter[int] = Counter()  # releases that answered True
         # Last references dropped by a release_many that gave no per-block answer (the protocol
@@ -79,6 +82,7 @@ class Ledger:
                 dropped = self.previous.get(block_id)
                 self.previous[block_id] = earlier
             self.handles[block_id] = handle
+            self.first.setdefault(block_id, handle)
             if clash is None:
                 self._tenancies[block_id] += 1
                 tenancy = Tenancy(block_id, self._tenancies[block_id])

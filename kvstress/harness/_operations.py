@@ -523,12 +523,13 @@ class Operations:
         self.history.end(index, self._stamp(), "ok", returned)
         return False, returned
 
-    async def op_stale_use(self, holder: str, block_id: int, operation: str) -> None:
-        """retain, mark_in_use or release through the handle of the block's previous tenancy,
-        while the block is held again through another: refused, and nothing changes (the quiet
-        check after it reads the holder's refcount and state). Not judged for a pool that gives
-        every tenancy the same handle: it cannot tell the two holders apart."""
-        stale = self.ledger.previous.get(block_id)
+    async def op_stale_use(self, holder: str, block_id: int, operation: str, first: bool = False) -> None:
+        """retain, mark_in_use or release through the handle of the block's previous tenancy
+        (with ``first``, of its first), while the block is held again through another: refused,
+        and nothing changes (the quiet check after it reads the holder's refcount and state).
+        Not judged for a pool that gives every tenancy the same handle: it cannot tell the two
+        holders apart."""
+        stale = (self.ledger.first if first else self.ledger.previous).get(block_id)
         if stale is None or block_id not in self.ledger.open or stale is self.ledger.handles.get(block_id):
             return
         before = (self.pool.free_count(), list(self.pool.free_ids()))

@@ -221,11 +221,12 @@ class PoolMachine(RuleBasedStateMachine):
         if self._unheld(ref):
             self._do(lambda: self.driver.misuse(ref.holder, ref.block, operation))
 
-    def stale_use(self, ref: Ref, operation: str) -> None:
+    def stale_use(self, ref: Ref, operation: str, first: bool = False) -> None:
         """Not a rule (the contract's step): ``operation`` through the handle that ``ref`` (a
-        released reference) held, once its block is held again through another handle."""
+        released reference) held (with ``first``, the block's first handle), once its block is
+        held again through another handle."""
         if self.violation is None and ref.block in self.driver.ledger.open:
-            self._do(lambda: self.driver.stale_use(ref.holder, ref.block, operation))
+            self._do(lambda: self.driver.stale_use(ref.holder, ref.block, operation, first))
 
     @rule(target=blocks, ref=consumes(blocks), waiter=holders, cancel=st.booleans())
     @recorded("blocks")
