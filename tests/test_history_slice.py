@@ -34,7 +34,7 @@ def test_the_history_slice_finds_a_bug_past_hundreds_of_operations(
     "spec",
     [
         "tests.pools.long_history:CompactingPool",
-        "tests.pools.long_history:TenancyHandlePool",
+        "tests.pools.tenancy_handles:TenancyHandlePool",
         "kvstress:ThreadedBlockPool",
         "kvstress:AsyncBlockPool",
     ],

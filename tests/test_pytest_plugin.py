@@ -402,7 +402,7 @@ def test_a_run_that_uses_nothing_of_kvstress_imports_neither_torch_nor_the_searc
     result.assert_outcomes(passed=1)
 
 
-AUDITED_FIXTURE = """
+POOL_FIXTURE = """
 import pytest
 import kvstress
 from kvstress import ThreadedBlockPool
@@ -412,6 +412,11 @@ def pool():
     audited = kvstress.audit(ThreadedBlockPool(4, (2, 2)))
     yield audited
     audited.close()
+"""
+
+AUDITED_FIXTURE = (
+    POOL_FIXTURE
+    + """
 
 def test_double_release(pool):
     block = pool.acquire(0)
@@ -452,6 +457,7 @@ def engine(pool):
 def test_teardown_of_another_fixture(engine):
     assert engine is not None
 """
+)
 
 
 def test_an_audited_violation_that_failed_the_test_is_not_raised_again_at_teardown(
@@ -476,17 +482,10 @@ def test_an_audited_violation_that_failed_the_test_is_not_raised_again_at_teardo
     assert "errors while tearing down" not in out
 
 
-IN_A_TASK_GROUP = """
+IN_A_TASK_GROUP = (
+    POOL_FIXTURE
+    + """
 import anyio
-import pytest
-import kvstress
-from kvstress import ThreadedBlockPool
-
-@pytest.fixture
-def pool():
-    audited = kvstress.audit(ThreadedBlockPool(4, (2, 2)))
-    yield audited
-    audited.close()
 
 def test_in_a_task_group(pool):
     async def client():
@@ -500,6 +499,7 @@ def test_in_a_task_group(pool):
 
     anyio.run(main)
 """
+)
 
 
 def test_a_violation_inside_a_task_groups_exception_group_is_not_raised_again_at_teardown(

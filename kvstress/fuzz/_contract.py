@@ -25,6 +25,7 @@ blind tester's designs, missed by every strategy and size).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kvstress import _flight
@@ -93,17 +94,12 @@ def run_history(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
     )
     if target.num_blocks > CHURN_MAX_BLOCKS:
         return None, program
-    _flight.execution_started()
-    state = machine()
-    try:
+
+    def steps(state: Any) -> None:
         retired_0 = state.release(ref=state.acquire(holder="h0", timeout=0))
         _churn(state, target.num_blocks, retired_0)
-    finally:
-        try:
-            state.teardown()
-        except InvariantViolation as violation:
-            return violation, program
-    return None, program
+
+    return _run(machine, steps), program
 
 
 def run_contract(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
@@ -115,45 +111,56 @@ def run_contract(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
     every += [f"state.stale_use(ref=retired_1, operation={op!r})" for op in STALE_USES]
     every += [f"state.release(ref=every_{k})" for k in blocks]
     program = PROGRAM.format(machine=machine.__name__, every="\n".join(every))
+    return _run(machine, lambda state: _misuse(state, blocks)), program
+
+
+def _run(machine: Callable[[], Any], steps: Callable[[Any], None]) -> InvariantViolation | None:
+    """One execution of a fixed program: ``steps`` on a fresh machine, then its teardown's
+    checks; the violation it ends with, if any."""
     _flight.execution_started()
     state = machine()
     try:
-        blocks_0 = state.acquire(holder="h0", timeout=0)
-        state.pool_is_consistent()
-        state.mark_in_use(ref=blocks_0)
-        state.pool_is_consistent()
-        blocks_1 = state.share(ref=blocks_0, to="h1")
-        state.pool_is_consistent()
-        state.release(ref=blocks_1)
-        state.pool_is_consistent()
-        retired_1 = state.release(ref=blocks_0)
-        state.pool_is_consistent()
-        state.double_release(ref=retired_1)
-        state.pool_is_consistent()
-        state.misuse(ref=retired_1, operation="retain")
-        state.pool_is_consistent()
-        state.misuse(ref=retired_1, operation="mark_in_use")
-        state.pool_is_consistent()
-        blocks_2 = state.acquire(holder="h2", timeout=0)
-        state.pool_is_consistent()
-        state.release(ref=blocks_2)  # unused: an aborted request's block
-        state.pool_is_consistent()
-        every = []
-        for _ in blocks:  # every block is free: each comes at once
-            every.append(state.acquire(holder="h3", timeout=0))
-            state.pool_is_consistent()
-        for operation in STALE_USES:  # the first block is held again, through another handle
-            state.stale_use(ref=retired_1, operation=operation)
-            state.pool_is_consistent()
-        for ref in every:
-            state.release(ref=ref)
-            state.pool_is_consistent()
+        steps(state)
     finally:
         try:
             state.teardown()
         except InvariantViolation as violation:
-            return violation, program
-    return None, program
+            return violation
+    return None
+
+
+def _misuse(state: Any, blocks: range) -> None:
+    """``PROGRAM``'s steps, the pool checked at rest after each."""
+    blocks_0 = state.acquire(holder="h0", timeout=0)
+    state.pool_is_consistent()
+    state.mark_in_use(ref=blocks_0)
+    state.pool_is_consistent()
+    blocks_1 = state.share(ref=blocks_0, to="h1")
+    state.pool_is_consistent()
+    state.release(ref=blocks_1)
+    state.pool_is_consistent()
+    retired_1 = state.release(ref=blocks_0)
+    state.pool_is_consistent()
+    state.double_release(ref=retired_1)
+    state.pool_is_consistent()
+    state.misuse(ref=retired_1, operation="retain")
+    state.pool_is_consistent()
+    state.misuse(ref=retired_1, operation="mark_in_use")
+    state.pool_is_consistent()
+    blocks_2 = state.acquire(holder="h2", timeout=0)
+    state.pool_is_consistent()
+    state.release(ref=blocks_2)  # unused: an aborted request's block
+    state.pool_is_consistent()
+    every = []
+    for _ in blocks:  # every block is free: each comes at once
+        every.append(state.acquire(holder="h3", timeout=0))
+        state.pool_is_consistent()
+    for operation in STALE_USES:  # the first block is held again, through another handle
+        state.stale_use(ref=retired_1, operation=operation)
+        state.pool_is_consistent()
+    for ref in every:
+        state.release(ref=ref)
+        state.pool_is_consistent()
 
 
 def _churn(state: Any, num_blocks: int, stale: Any) -> None:
