@@ -176,12 +176,12 @@ def test_woken() -> None:
         checkers.check_woken(True, 0.5, 0.0, POLICY)
     # A batch waiter's finding names its call and what it waited for ("a waiter timed out ...
     # after a block became free" misread a batch's, a blind user's).
-    call, freed = "b1: acquire_many(3, timeout=1)", "the 3 blocks it waited for"
+    call = "b1: acquire_many(3, timeout=1)"
     batch = r"b1: acquire_many\(3, timeout=1\)"
     with pytest.raises(InvariantViolation, match=batch + " timed out .* after the 3 blocks"):
-        checkers.check_woken(False, 0.5, 0.0, POLICY, call, freed)
+        checkers.check_woken(False, 0.5, 0.0, POLICY, call, 3)
     with pytest.raises(InvariantViolation, match=batch + " got them .* after they became free"):
-        checkers.check_woken(True, 0.5, 0.0, POLICY, call, freed)
+        checkers.check_woken(True, 0.5, 0.0, POLICY, call, 3)
 
 
 def test_backoff_bound_is_read_from_the_pool_or_defaulted() -> None:

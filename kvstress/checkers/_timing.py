@@ -137,13 +137,16 @@ def check_woken(
     backoff_bound: float,
     policy: TimingPolicy,
     call: str = "a waiter",
-    freed: str = "a block",
+    n: int = 1,
 ) -> None:
     """A waiter gets a block that became free within the backoff bound plus slack. ``call``
-    names the waiting call (``b1: acquire_many(3, timeout=1)``), ``freed`` what came free for it
+    names the waiting call (``b1: acquire_many(3, timeout=1)``), ``n`` the blocks it waits for
     (a batch waits for its ``n``: "a block" misread one batch's finding)."""
     slack = policy.slack_now()
     limit = backoff_bound + slack
+    freed, got, they = ("a block", "its block", "it")
+    if n != 1:
+        freed, got, they = f"the {n} blocks it waited for", "them", "they"
     if not got_block:
         raise InvariantViolation(
             "lost-wakeup",
@@ -153,7 +156,6 @@ def check_woken(
     if waited_after_free > limit:
         raise InvariantViolation(
             "lost-wakeup",
-            f"{call} got {'its block' if freed == 'a block' else 'them'} {waited_after_free:.4f} s after "
-            f"{'it' if freed == 'a block' else 'they'} became free "
+            f"{call} got {got} {waited_after_free:.4f} s after {they} became free "
             f"(allowed: backoff bound {backoff_bound:g} s + slack {policy.slack_words(slack)})",
         )

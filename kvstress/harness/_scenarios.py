@@ -142,8 +142,8 @@ class Scenarios(BatchOperations):
         if cancel or not got:
             return got[0] if got else None
         waited = answered_at[0] - freed_at - self._excused_since(excused0)
-        call, freed = f"{waiter}: acquire_many({n}, timeout={patience:g})", f"the {n} blocks it waited for"
-        checkers.check_woken(got[0] is not None, waited, self.backoff_bound, self.timing, call, freed)
+        call = f"{waiter}: acquire_many({n}, timeout={patience:g})"
+        checkers.check_woken(got[0] is not None, waited, self.backoff_bound, self.timing, call, n)
         return got[0]
 
     async def _probe_batch_threads(
@@ -168,8 +168,8 @@ class Scenarios(BatchOperations):
             self._worker(waiter).stuck = True
             raise CallHung(f"{waiter}: acquire_many({n}, timeout={patience:g}) did not return") from None
         waited = answered_at - freed_at - self._excused_since(excused0)
-        call, freed = f"{waiter}: acquire_many({n}, timeout={patience:g})", f"the {n} blocks it waited for"
-        checkers.check_woken(result is not None, waited, self.backoff_bound, self.timing, call, freed)
+        call = f"{waiter}: acquire_many({n}, timeout={patience:g})"
+        checkers.check_woken(result is not None, waited, self.backoff_bound, self.timing, call, n)
         return result
 
     async def op_acquire_task_cancelled(self, holder: str, timeout: float | None, turns: int) -> int | None:
