@@ -20,6 +20,7 @@ from pools.handoff_asyncio import (
     ThreadSkipsResetPool,
     ThreadSleepsLosesBlockPool,
     ThreadSleepsResetHandoffPool,
+    ThreadSlowResetHandoffPool,
 )
 from pools.own_thread_raises import ResetThreadRaisesPool
 from pools.self_pipe import (
@@ -37,6 +38,10 @@ from pools.trio_reset_thread import (
     TrioNappingResetThreadPool,
     TrioResetThreadPool,
     TrioResetThreadWakesNoonePool,
+    TrioSlowHandBackPool,
+    TrioSlowResetLosesBlockPool,
+    TrioSlowResetThreadPool,
+    TrioSpinningLosesBlockPool,
 )
 
 from kvstress import AsyncBlockPool, BlockState, ThreadedBlockPool
@@ -329,6 +334,37 @@ def test_a_reset_thread_of_a_trio_pools_own_is_waited_for(factory: type, seed: i
     clock jumped to a waiter's timeout, and past settle, without it, on every seed."""
     result = search(config_for(factory, backend="trio"), RandomScheduler(seed=seed), max_executions=60)
     assert result.failure is None, result.failure.describe()
+
+
+@pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
+@pytest.mark.parametrize(
+    ("factory", "backend"),
+    [
+        (ThreadSlowResetHandoffPool, "asyncio"),
+        (TrioSlowResetThreadPool, "trio"),
+        (TrioSlowHandBackPool, "trio"),
+    ],
+)
+def test_a_reset_thread_at_work_past_settle_is_waited_for(factory: type, backend: str) -> None:
+    """A thread of the pool's own that works (runnable, or running) longer than the checks'
+    settle time before it offers a released block back is waited for while it works, the run's
+    clock following real time (and the checks excusing it): on trio the offer's wait ended with
+    settle, or as the thread marked the block FREE before it handed it back, the clock jumped
+    on, and a correct pool was reported ``lost-block`` (its napping twin once in a CI run, its
+    thread starved of a core)."""
+    result = search(config_for(factory, backend=backend), RandomScheduler(seed=0), max_executions=2)
+    assert result.failure is None, result.failure.describe()
+
+
+@pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")
+@pytest.mark.parametrize("factory", [TrioSlowResetLosesBlockPool, TrioSpinningLosesBlockPool])
+def test_a_late_offer_is_waited_for_only_while_the_thread_works(factory: type) -> None:
+    """The wait for a late offer ends when the pool's thread stops working (or has worked for
+    ``SUBMITTED_WAIT_S``): a thread that drops the block is still found."""
+    config = config_for(factory, backend="trio")
+    result = search(config, RandomScheduler(seed=0), max_executions=2, shrink=False)
+    assert result.failure is not None
+    assert result.failure.violation.invariant in factory.expected, result.failure.describe()
 
 
 @pytest.mark.skipif(not watching_possible(), reason="threads' states are read from /proc")

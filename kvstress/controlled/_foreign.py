@@ -207,13 +207,20 @@ class OffersDue:
     def expect(self, pending: Callable[[], bool], within: float) -> None:
         self._offers.append((pending, self._now() + within))
 
-    def due(self) -> bool:
-        """Whether an offer expected is still due, and in time (those done or late are dropped)."""
+    def due(self, at_work: Callable[[], bool] | None = None) -> bool:
+        """Whether an offer expected is still due: pending, and in time. ``at_work``: whether a
+        thread of the code's own is at work now, asked when an offer is done or late: while one
+        is, every offer stays due (the host bounds how long), as the thread may have the block
+        in hand, working on it, or runnable and waiting for a core, even past the block's
+        leaving RELEASING (a thread that marks it FREE, then hands it back)."""
         if not self._offers:
             return False
         now = self._now()
-        self._offers = [(pending, until) for pending, until in self._offers if now < until and pending()]
-        return bool(self._offers)
+        offers = [(pending, until) for pending, until in self._offers if now < until and pending()]
+        if len(offers) < len(self._offers) and at_work is not None and at_work():
+            return True
+        self._offers = offers
+        return bool(offers)
 
     def clear(self) -> None:
         self._offers.clear()

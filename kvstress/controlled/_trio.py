@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 from kvstress.controlled._foreign import OffersDue, ThreadWatch
 from kvstress.controlled._gated import GatedWork, Why, WorkState
-from kvstress.controlled._loop import CREEP_AFTER
+from kvstress.controlled._loop import CREEP_AFTER, SUBMITTED_WAIT_S
 from kvstress.controlled._thread_work import (
     following_thread_work,
     trio_credit,
@@ -128,6 +128,7 @@ class ThreadGates(trio.abc.Instrument):
         self._draw = random.Random(seed ^ _DRAWS)
         self._offers = OffersDue(self._now)  # expect_offer
         self._watch: ThreadWatch | None = None
+        self._late_since: float | None = None  # real time an offer is late since (``_at_work``)
 
     def before_run(self) -> None:
         self._draw = random.Random(self._seed ^ _DRAWS)  # the same draws in every run of the seed
@@ -154,13 +155,36 @@ class ThreadGates(trio.abc.Instrument):
             trio_work_out(self.token, +1)
         self._offers.expect(pending, within)
 
-    def _offers_due(self) -> bool:
-        """Whether an offer ``expect_offer`` was told of is still due, and in time; the last one
+    def _offers_due(self, first: bool = True) -> bool:
+        """Whether an offer ``expect_offer`` was told of is still due: pending and in time, or
+        a thread of the code's own at work (``_at_work``; ``first`` as there); the last one
         done counts the run's work back."""
         if not self._offers:
             return False
-        if not self._offers.due():
+        if not self._offers.due(functools.partial(self._at_work, first)):
+            self._late_since = None
             trio_work_out(self.token, -1)
+            return False
+        return True
+
+    def _at_work(self, first: bool) -> bool:
+        """Whether a thread the code started is at work now (``ThreadWatch.at_work``; ``first``:
+        the run's thread may have run steps since the last look), while an offer is done or
+        late: the thread may have the block in hand, working on it longer than the checks'
+        settle time, or starved of a core on a loaded machine after it marked the block FREE and
+        before it handed it back (a correct pool's ``lost-block``, once in a CI run). For
+        ``SUBMITTED_WAIT_S`` of real time at most, as the asyncio loop waits: a thread at work
+        all that time is let be (one that polls for the pool's whole life)."""
+        watch = self._watch
+        if watch is None or not watch.at_work(first):
+            self._late_since = None
+            return False
+        now = time.perf_counter()
+        if self._late_since is None:
+            self._late_since = now
+        elif now - self._late_since > SUBMITTED_WAIT_S:
+            watch.let_be()
+            self._late_since = None
             return False
         return True
 
@@ -169,6 +193,7 @@ class ThreadGates(trio.abc.Instrument):
         if self._offers:
             self._offers.clear()
             trio_work_out(self.token, -1)
+        self._late_since = None
         waiting = [work for works in self._after_step_of.values() for work in works]
         later = [work for work, _ in self._after_batch]
         for work in (*self._handed, *later, *waiting):  # left at their gates
@@ -244,7 +269,7 @@ class ThreadGates(trio.abc.Instrument):
         if self._offers and timeout > 0:
             if self._offers_due():
                 time.sleep(OFFER_POLL_S)  # the clock runs with real time meanwhile
-                self._offers_due()
+                self._offers_due(first=False)  # the wait counts toward a thread's stillness
             # Woken at once either way: to look again, or to wait anew on the clock as it is
             # now (the timeout trio waits out was reckoned in real time while the offer was due).
             trio.lowlevel.current_trio_token().run_sync_soon(_nothing)

@@ -25,6 +25,7 @@ from kvstress import BlockState
 from kvstress.mutants import Block
 from kvstress.mutants._block import seconds
 from kvstress.mutants._ledger import BlockLedger
+from pools._busy import busy_for
 
 
 class _Waiter:
@@ -181,6 +182,16 @@ class ThreadSleepsResetHandoffPool(ThreadResetHandoffPool):
 
     def _zeroed(self, loop: asyncio.AbstractEventLoop, block: Block) -> None:
         time.sleep(0.001)
+        super()._zeroed(loop, block)
+
+
+class ThreadSlowResetHandoffPool(ThreadResetHandoffPool):
+    """Correct, as ``ThreadResetHandoffPool``, its reset thread working 0.15 s of real time on
+    each block before it zeroes it: longer than the checks' settle time (a large block zeroed
+    on the CPU, or a thread starved of a core)."""
+
+    def _zeroed(self, loop: asyncio.AbstractEventLoop, block: Block) -> None:
+        busy_for(0.15)
         super()._zeroed(loop, block)
 
 

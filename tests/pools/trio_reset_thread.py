@@ -22,6 +22,7 @@ from kvstress import BlockState
 from kvstress.mutants import Block
 from kvstress.mutants._block import seconds
 from kvstress.mutants._ledger import BlockLedger
+from pools._busy import busy_for
 
 
 class TrioResetThreadPool(BlockLedger):
@@ -30,6 +31,8 @@ class TrioResetThreadPool(BlockLedger):
     backoff_bound = 0.0
     backends = ("trio",)
     nap = 0.0  # real seconds the thread sleeps before it zeroes
+    work = 0.0  # real seconds of CPU work the thread does before it zeroes
+    work_after = 0.0  # ... after it marked the block FREE, before it hands it back
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -57,7 +60,11 @@ class TrioResetThreadPool(BlockLedger):
     def _in_thread(self, token: trio.lowlevel.TrioToken, block: Block) -> None:
         if self.nap:
             time.sleep(self.nap)
+        if self.work:
+            busy_for(self.work)
         self._reset(block)
+        if self.work_after:
+            busy_for(self.work_after)
         token.run_sync_soon(self._offer, block)
 
     def _offer(self, block: Block) -> None:
@@ -70,6 +77,44 @@ class TrioNappingResetThreadPool(TrioResetThreadPool):
     """Correct, as ``TrioResetThreadPool``; its thread sleeps 1 ms before it zeroes (to batch)."""
 
     nap = 0.001
+
+
+class TrioSlowResetThreadPool(TrioResetThreadPool):
+    """Correct, as ``TrioResetThreadPool``; its thread works 0.15 s of real time on each block
+    before it zeroes it, longer than the checks' settle time (a large block zeroed on the CPU;
+    a thread starved of a core on a loaded machine, as in a CI run where this design's napping
+    twin was reported ``lost-block`` once)."""
+
+    work = 0.15
+
+
+class TrioSlowHandBackPool(TrioResetThreadPool):
+    """Correct, as ``TrioResetThreadPool``; its thread marks the block FREE as it zeroes it, then
+    works 0.15 s before it hands it back: the block reads neither RELEASING nor queued meanwhile
+    (as when a thread is starved of a core between the two: its napping twin was reported
+    ``lost-block`` once in a CI run)."""
+
+    work_after = 0.15
+
+
+class TrioSlowResetLosesBlockPool(TrioSlowResetThreadPool):
+    """As ``TrioSlowResetThreadPool``, but the thread drops the block after its work (BUG): the
+    wait for a late offer ends when the thread stops working, and the block is found lost."""
+
+    expected = ("lost-block", "lost-wakeup")
+
+    def _in_thread(self, token: trio.lowlevel.TrioToken, block: Block) -> None:
+        busy_for(self.work)
+
+
+class TrioSpinningLosesBlockPool(TrioResetThreadPool):
+    """The thread drops the block and spins for the pool's whole life (BUG): a thread at work
+    all along holds a late offer's wait for ``SUBMITTED_WAIT_S`` at most, and is then let be."""
+
+    expected = ("lost-block", "lost-wakeup")
+
+    def _in_thread(self, token: trio.lowlevel.TrioToken, block: Block) -> None:
+        busy_for(3.0)
 
 
 class TrioResetThreadWakesNoonePool(TrioResetThreadPool):
