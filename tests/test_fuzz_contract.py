@@ -40,13 +40,16 @@ def test_the_contract_is_silent_on_correct_pools(spec: str) -> None:
 
 def test_the_contract_runs_once_after_a_short_first_slice() -> None:
     """The default mix: short PCT and random slices, the contract, then the search strategies
-    in turn, never the contract again; a mix of fixed programs only ends once they have run."""
+    in turn, never the contract again (the history comes back at the end of each pass, for its
+    ladder of sizes, until it says the ladder is spent); a mix of fixed programs only ends once
+    they have run."""
     from kvstress.fuzz._run import DELAY_SLICE_S, LEAD_SLICE_S, SLICE_S, _slice_s
 
-    order = [_strategy_at(DEFAULT_MIX, i) for i in range(15)]
+    order = [_strategy_at(DEFAULT_MIX, i) for i in range(25)]
     first_pass = ["pct", "random", "contract", "delay", "random", "machine", "pct", "stress", "history"]
-    assert order[:11] == [*first_pass, "pct", "random"]
-    assert "contract" not in order[3:] and "history" not in order[9:]
+    later = ["pct", "random", "delay", "random", "machine", "pct", "stress", "history"]
+    assert order == [*first_pass, *later, *later]
+    assert "contract" not in order[3:]
     # The delay strategy's first slice runs the motifs' hot plans; its later ones are short.
     lead, rest = [LEAD_SLICE_S] * 2, [SLICE_S] * 3
     assert [_slice_s(DEFAULT_MIX, i) for i in range(5)] == lead + rest
@@ -54,6 +57,7 @@ def test_the_contract_runs_once_after_a_short_first_slice() -> None:
     assert _slice_s(("delay",), 5) == SLICE_S  # alone, it has the whole budget
     assert _strategy_at(("contract",), 0) == "contract"
     assert _strategy_at(("contract",), 1) is None
+    assert [_strategy_at(("contract", "history"), i) for i in range(4)] == ["contract"] + ["history"] * 3
     assert [_strategy_at(("pct", "random"), i) for i in range(3)] == ["pct", "random", "pct"]
     assert _slice_s(("pct", "random"), 0) == SLICE_S
 

@@ -10,7 +10,7 @@ import argparse
 
 from kvstress.cli._parser import Parser, UsageError
 from kvstress.fuzz import TargetError, replay_report
-from kvstress.reports import ReportError, load_report
+from kvstress.reports import ReportError, load_report, pool_size
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
@@ -54,7 +54,9 @@ def _summary(report: dict[str, object]) -> None:
     """What the report recorded: the violation, where it was found, and its interleaving."""
     print("the report recorded:")
     print(f"violation: [{report['invariant']}] {' '.join(str(report['message']).splitlines())}")
-    print(f"pool: {report['pool']}  strategy: {report['strategy']}  seed: {report['seed']}")
+    size = pool_size(report)
+    pool = f"{report['pool']} ({size})" if size else report["pool"]
+    print(f"pool: {pool}  strategy: {report['strategy']}  seed: {report['seed']}")
     table = report.get("table")
     if isinstance(table, str) and table:
         print("interleaving:")

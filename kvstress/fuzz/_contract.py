@@ -14,17 +14,25 @@ Nothing is random, so its report replays exactly.
 
 A long history, the same way, runs as a slice of its own (``history``, once, after the mix's
 first pass: it takes a second or so, which the searches' first slices must not wait for):
-every block taken and given back, round after round (``CHURN_ROUNDS``, on pools of up to
-``CHURN_MAX_BLOCKS``), the first handle the pool gave the first block tried at each round while
-every block is held, the pool checked at rest every ``CHURN_CHECK`` rounds and at the end. A
-pool that loses a block every hundredth release (a compaction that appends to the old free
-list), or whose tenancy counter wraps at 256 (a handle of 256 tenancies ago accepted again),
-shows it only past hundreds of operations, where every search runs a few dozen an execution (a
-blind tester's designs, missed by every strategy and size).
+every block taken and given back, round after round (``churn_rounds``), the first handle the
+pool gave the first block tried at each round while every block is held, the pool checked at
+rest every ``CHURN_CHECK`` rounds and at the end. A pool that loses a block every hundredth
+release (a compaction that appends to the old free list), or whose tenancy counter wraps at 256
+(a handle of 256 tenancies ago accepted again), shows it only past hundreds of operations, where
+every search runs a few dozen an execution (a blind tester's designs, missed by every strategy
+and size).
+
+The same slice then runs the contract and the long history on pools of the sizes where size
+arithmetic breaks (``LADDER``: odd sizes, a word of 32 or 64 bits and one past it, one past a
+byte), each size the factory builds: a bitmap whose padding mask forgets a whole last word (64
+blocks), a scan that runs one bit past its word (65), a ring whose 8-bit counters wrap where the
+pool's size does not divide 256 (3, 12), block ids kept in a byte (257). Every search runs on
+two blocks, or four or eight: a blind tester's bitmap and ring pools passed every strategy.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -71,33 +79,61 @@ state.teardown()"""
 """The long history's program, as the state machine would print it, its loop folded."""
 
 CHURN_ROUNDS = 300
-"""Rounds of the long history: past a counter of 8 bits wrapping (256), and three hundredth
-releases of a pool of two."""
+"""Rounds of the long history on a pool of up to ``CHURN_MAX_BLOCKS``: past a counter of 8 bits
+wrapping (256), and three hundredth releases of a pool of two."""
 CHURN_MAX_BLOCKS = 8
-"""The largest pool the long history runs on (its cost grows with the pool: ``--blocks 64``
-would make it tens of thousands of calls)."""
+"""The largest pool the long history runs ``CHURN_ROUNDS`` on; a larger one runs fewer rounds
+(``churn_rounds``): its cost grows with the pool."""
+CHURN_PAIRS = 600
+"""Acquire and release pairs the long history makes on a pool larger than ``CHURN_MAX_BLOCKS``:
+past a ring's counters of 8 bits wrapping (256 takes) and a hundredth release, several times."""
+CHURN_MIN_ROUNDS = 3
+"""The fewest rounds of the long history, however large the pool."""
 CHURN_CHECK = 25
 """Rounds between two checks of the pool at rest in the long history."""
 
+LADDER = (3, 12, 32, 33, 64, 65, 257)
+"""The pool sizes, past the run's own, on which the history slice also runs the contract and the
+long history (see the module's docstring): sizes that are not powers of two (a ring's 8-bit
+counters), a whole word of 32 or 64 bits and one past it (a bitmap's masks and scans), one past
+a byte (block ids kept in 8 bits). Smallest first: the slice's time cuts the largest."""
+LADDER_ELEMENTS = 1 << 22
+"""The most elements a pool of the ladder may hold in all (16 MiB of float32): a size whose
+blocks would take more is left out, as a user's large ``--block-shape`` asks."""
+
+
+def churn_rounds(num_blocks: int) -> int:
+    """Rounds of the long history on a pool of ``num_blocks`` (a function of the size alone, so
+    that a report's replay at its size runs the same program)."""
+    if num_blocks <= CHURN_MAX_BLOCKS:
+        return CHURN_ROUNDS
+    return max(CHURN_MIN_ROUNDS, -(-CHURN_PAIRS // num_blocks))
+
+
+def ladder(target: FuzzTarget) -> tuple[int, ...]:
+    """The ``LADDER`` sizes past ``target``'s own whose blocks fit ``LADDER_ELEMENTS`` (whether
+    the factory builds each is the slice's to probe)."""
+    per_block = math.prod(target.block_shape)
+    return tuple(n for n in LADDER if n > target.num_blocks and n * per_block <= LADDER_ELEMENTS)
+
 
 def run_history(target: FuzzTarget) -> tuple[InvariantViolation | None, str]:
-    """Run ``HISTORY`` on ``target``'s pool (nothing on a pool larger than ``CHURN_MAX_BLOCKS``):
-    the violation it ends with (or None), and the program's text for a report."""
+    """Run ``HISTORY`` on ``target``'s pool, ``churn_rounds`` rounds: the violation it ends with
+    (or None), and the program's text for a report."""
     machine = machine_for(target, CONTRACT_HANG_BOUND, batches=False)
+    rounds = churn_rounds(target.num_blocks)
     program = HISTORY.format(
         machine=machine.__name__,
-        rounds=CHURN_ROUNDS,
+        rounds=rounds,
         blocks=target.num_blocks,
         uses=STALE_USES,
         check=CHURN_CHECK,
         last=CHURN_CHECK - 1,
     )
-    if target.num_blocks > CHURN_MAX_BLOCKS:
-        return None, program
 
     def steps(state: Any) -> None:
         retired_0 = state.release(ref=state.acquire(holder="h0", timeout=0))
-        _churn(state, target.num_blocks, retired_0)
+        _churn(state, target.num_blocks, retired_0, rounds)
 
     return _run(machine, steps), program
 
@@ -163,9 +199,9 @@ def _misuse(state: Any, blocks: range) -> None:
         state.pool_is_consistent()
 
 
-def _churn(state: Any, num_blocks: int, stale: Any) -> None:
+def _churn(state: Any, num_blocks: int, stale: Any, rounds: int) -> None:
     """The long history (see the module's docstring); it stops at the first violation."""
-    for round_ in range(CHURN_ROUNDS):
+    for round_ in range(rounds):
         held = [state.acquire(holder="h4", timeout=0) for _ in range(num_blocks)]
         for operation in STALE_USES:
             state.stale_use(ref=stale, operation=operation, first=True)

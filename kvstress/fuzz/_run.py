@@ -1,7 +1,8 @@
 """The fuzzing loop: spend a budget in seeded slices across strategies; stop at the first violation.
 
 The mix runs as written, once, and then its search strategies take slices in turn: its fixed
-programs (``ONCE``: the sequential contract) run once, in their place. Search slices written
+programs (``ONCE``: the sequential contract, the long history) run once, in their place, the
+history then coming back once a pass while its ladder of pool sizes lasts. Search slices written
 ahead of a fixed program are short (``LEAD_SLICE_S``: the shallow races fall to them within
 it, and a pool that hangs in the contract costs its whole hang bound).
 Slice ``i`` of stream ``s`` has a seed derived from (seed, s, i), so a run is a function of
@@ -151,7 +152,7 @@ def _loop(
             if strategy is None:
                 break
             if strategy in spent:
-                if set(mix) - ONCE <= spent:
+                if set(_cycle(mix)) <= spent:
                     break  # every search strategy has run out: nothing is left to try
                 index += 1
                 continue
@@ -185,6 +186,8 @@ def _loop(
                 break
             if result.finding is not None:
                 found_at = elapsed + result.finding.elapsed_s
+                if result.finding.num_blocks is not None:  # the history's ladder: its own size
+                    sized = replace(target, num_blocks=result.finding.num_blocks)
                 path = write_report(
                     build_report(
                         sized,
@@ -228,12 +231,19 @@ def _memory_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
+def _cycle(mix: Sequence[str]) -> list[str]:
+    """The strategies that take slices in turn after the mix's first pass: its search strategies,
+    and the history while its ladder lasts (each of its later slices runs the next sizes; it
+    says when they are spent), since a fixed program runs once."""
+    return [s for s in mix if s not in ONCE] + (["history"] if "history" in mix else [])
+
+
 def _strategy_at(mix: Sequence[str], index: int) -> str | None:
-    """Slice ``index``'s strategy: the mix as written, once, then its search strategies in turn,
-    since a fixed program runs once (None: the mix was fixed programs only, and they have run)."""
+    """Slice ``index``'s strategy: the mix as written, once, then ``_cycle`` in turn (None: the
+    mix was fixed programs only, and they have run)."""
     if index < len(mix):
         return mix[index]
-    cycle = [s for s in mix if s not in ONCE]
+    cycle = _cycle(mix)
     return cycle[(index - len(mix)) % len(cycle)] if cycle else None
 
 
@@ -254,8 +264,11 @@ def blocks_at(mix: Sequence[str], index: int, target: FuzzTarget) -> int:
     strategy = _strategy_at(mix, index)
     if not target.wider or index < len(mix) or strategy not in WIDER_STRATEGIES:
         return target.num_blocks
+    # Counted over the search strategies' slices alone (the history's, last in each pass, never
+    # takes the turn): the n-th of them after the first pass.
     cycle = len([s for s in mix if s not in ONCE])
-    n = index - len(mix)
+    passes, at = divmod(index - len(mix), len(_cycle(mix)))
+    n = passes * cycle + at
     if (n + n // cycle) % WIDER_EVERY != 1:
         return target.num_blocks
     return target.wider[(n // cycle + n % cycle) % len(target.wider)]

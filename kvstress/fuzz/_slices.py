@@ -25,8 +25,8 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from kvstress import _flight
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
-from kvstress.fuzz._contract import run_contract, run_history
-from kvstress.fuzz._target import FuzzTarget, machine_for
+from kvstress.fuzz._contract import ladder, run_contract, run_history
+from kvstress.fuzz._target import FuzzTarget, builds_at, machine_for
 from kvstress.machines import PoolMachine
 from kvstress.machines._program import shortened
 from kvstress.scenarios import ScenarioConfig, search, stress
@@ -106,6 +106,7 @@ class Finding:
     switches: tuple[Switch, ...] | None = None  # where each worker was paused (controlled runs)
     blocks_at: str | None = None  # the moment ``blocks`` show
     options: dict[str, Any] = field(default_factory=dict)  # what replay needs beyond the seed
+    num_blocks: int | None = None  # the pool's size, where not the slice's (the history's ladder)
 
 
 @dataclass
@@ -170,6 +171,8 @@ def run_slice(
         return _random(target, seed, budget_s, memo)
     if strategy == "pct":
         return _pct(target, seed, budget_s, memo)
+    if strategy == "history":
+        return _history(target, seed, budget_s, memo)
     runner = _RUNNERS.get(strategy)
     if runner is None:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -670,8 +673,35 @@ def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | 
     return _fixed(target, seed, "contract", run_contract)
 
 
-def _history(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | None) -> SliceResult:
-    return _fixed(target, seed, "history", run_history)
+def _history(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any] | None) -> SliceResult:
+    """The long history on ``target``'s pool, the first time; then, in that slice while
+    ``budget_s`` lasts and in each later one (``memo``: the sizes left), the contract and the
+    long history on the next sizes of its ladder (``kvstress.fuzz._contract.ladder``) that the
+    factory builds, smallest first (a later slice runs one at least). A finding names the size
+    it came at; the slice is exhausted once the ladder is."""
+    memo = {} if memo is None else memo
+    start = time.monotonic()
+    if "history-ladder" in memo:
+        result, ran = SliceResult(), False
+    else:
+        memo["history-ladder"] = list(ladder(target))
+        result, ran = _fixed(target, seed, "history", run_history), True
+    sizes: list[int] = memo["history-ladder"]
+    while result.finding is None and sizes and (not ran or time.monotonic() - start < budget_s):
+        size = sizes.pop(0)
+        if not builds_at(target, size):
+            continue  # a pool that refuses the size (or ignores it) keeps to its own: no finding
+        ran = True
+        sized = replace(target, num_blocks=size)
+        for strategy, run in (("contract", run_contract), ("history", run_history)):
+            more = _fixed(sized, seed, strategy, run, start)
+            result.executions += more.executions
+            result.operations += more.operations
+            if more.finding is not None:
+                result.finding = replace(more.finding, num_blocks=size)
+                break
+    result.exhausted = not sizes
+    return result
 
 
 def _fixed(
@@ -679,9 +709,11 @@ def _fixed(
     seed: int,
     strategy: str,
     run: Callable[[FuzzTarget], tuple[InvariantViolation | None, str]],
+    start: float | None = None,
 ) -> SliceResult:
-    # One fixed program: the budget and shrinking do not apply, nor the seed but as a label.
-    start = time.monotonic()
+    """One fixed program: the budget and shrinking do not apply, nor the seed but as a label.
+    ``start``: the slice's start, where it ran other programs first (the finding's time)."""
+    start = time.monotonic() if start is None else start
     violation, program = run(target)
     if violation is None:
         return SliceResult(1, len(program.splitlines()) - 2)
@@ -701,7 +733,6 @@ def _fixed(
 
 _RUNNERS: dict[str, _Runner] = {
     "contract": _contract,
-    "history": _history,
     "machine": _machine,
     "stress": _stress,
 }

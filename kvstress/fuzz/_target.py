@@ -152,6 +152,12 @@ def wider_sizes(num_blocks: int) -> tuple[int, ...]:
     return (num_blocks + 2, 2 * num_blocks + 4)
 
 
+def builds_at(target: FuzzTarget, blocks: int) -> bool:
+    """Whether ``target``'s factory builds a pool of ``blocks`` that says it has them all free
+    (``_builds``)."""
+    return _builds(target.spec, target.factory, blocks, target.block_shape, target.backend)
+
+
 def _builds(
     spec: str, factory: Callable[..., Any], blocks: int, shape: tuple[int, ...], backend: str
 ) -> bool:

@@ -399,11 +399,11 @@ class Operations:
         try:
             _, free_ids = await self._read_free(index)
             away = sorted(self._away(free_ids))
-            shown = []
+            states = []
             for block_id in away:
                 handle = self.ledger.handles.get(block_id)
-                state = "never handed out" if handle is None else self._state(handle).name
-                shown.append(f"block {block_id} ({state})")
+                states.append((block_id, "never handed out" if handle is None else self._state(handle).name))
+            shown = _runs(states)
         except Exception:  # the message must not fail the violation it belongs to
             return ""
         if not away:
@@ -741,3 +741,20 @@ def _shown(arg: Any) -> str:
     if isinstance(block_id, int) and not isinstance(block_id, bool) and hasattr(arg, "refcount"):
         return f"block {block_id}"
     return repr(arg)
+
+
+def _runs(states: list[tuple[int, str]]) -> list[str]:
+    """``block 3 (RELEASING)`` for each of ``states`` (sorted by block id), a run of consecutive
+    blocks in one state said once (``blocks 0-63 (never handed out)``: a pool of 64 would list
+    each)."""
+    shown: list[str] = []
+    i = 0
+    while i < len(states):
+        j = i
+        while j + 1 < len(states) and states[j + 1] == (states[j][0] + 1, states[i][1]):
+            j += 1
+        first, state = states[i]
+        last = states[j][0]
+        shown.append(f"block {first} ({state})" if first == last else f"blocks {first}-{last} ({state})")
+        i = j + 1
+    return shown
