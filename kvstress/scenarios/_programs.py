@@ -284,13 +284,27 @@ def _draw(rng: random.Random, kind: str, me: int, workers: int, blocks: int) -> 
     if kind == "acquire":
         return ("acquire", rng.choice(TIMEOUTS))
     if kind == "acquire_many":
-        return ("acquire_many", [rng.randint(1, max(1, min(blocks, 3))), rng.choice(TIMEOUTS)])
+        return ("acquire_many", [_batch_size(rng, blocks), rng.choice(TIMEOUTS)])
     if kind in ("share", "cancel"):
         peers = [p for p in range(workers) if p != me] or [me]
         return (kind, rng.choice(peers))
     if kind == "pause":
         return ("pause", rng.randint(1, 3))
     return (kind, None)
+
+
+SMALL_BATCH = 3
+"""The largest batch drawn on every pool; on a larger one, half the batches are larger."""
+
+
+def _batch_size(rng: random.Random, blocks: int) -> int:
+    """How many blocks an ``acquire_many`` step asks for: 1 to ``SMALL_BATCH``; on a pool of
+    more, half the time ``SMALL_BATCH + 1`` to all of it, as a long prompt's prefill takes most
+    of a pool at once (a batch of more than half the pool, served a way of its own by a pool
+    that would otherwise starve it, was out of reach on every larger pool: a blind tester's)."""
+    if blocks <= SMALL_BATCH or rng.random() < 0.5:
+        return rng.randint(1, max(1, min(blocks, SMALL_BATCH)))
+    return rng.randint(SMALL_BATCH + 1, blocks)
 
 
 def _step_text(step: Step) -> str:
