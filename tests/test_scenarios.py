@@ -362,7 +362,11 @@ def test_a_late_offer_is_waited_for_only_while_the_thread_works(factory: type) -
     """The wait for a late offer ends when the pool's thread stops working (or has worked for
     ``SUBMITTED_WAIT_S``): a thread that drops the block is still found."""
     config = config_for(factory, backend="trio")
-    result = search(config, RandomScheduler(seed=0), max_executions=2, shrink=False)
+    TrioSpinningLosesBlockPool.stop_spinning.clear()
+    try:
+        result = search(config, RandomScheduler(seed=0), max_executions=2, shrink=False)
+    finally:
+        TrioSpinningLosesBlockPool.stop_spinning.set()  # no thread left spinning beside later tests
     assert result.failure is not None
     assert result.failure.violation.invariant in factory.expected, result.failure.describe()
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 
-def busy_for(seconds: float) -> None:
-    """Run Python code for ``seconds`` of real time (a large block zeroed on the CPU)."""
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
+def busy_for(seconds: float, until: threading.Event | None = None) -> None:
+    """Run Python code for ``seconds`` of real time (a large block zeroed on the CPU), or until
+    ``until`` is set."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end and not (until is not None and until.is_set()):
         sum(range(100))

@@ -109,12 +109,14 @@ class TrioSlowResetLosesBlockPool(TrioSlowResetThreadPool):
 
 class TrioSpinningLosesBlockPool(TrioResetThreadPool):
     """The thread drops the block and spins for the pool's whole life (BUG): a thread at work
-    all along holds a late offer's wait for ``SUBMITTED_WAIT_S`` at most, and is then let be."""
+    all along holds a late offer's wait for ``SUBMITTED_WAIT_S`` at most, and is then let be.
+    It spins until ``stop_spinning`` is set (a test's end), 3 s at most."""
 
     expected = ("lost-block", "lost-wakeup")
+    stop_spinning = threading.Event()
 
     def _in_thread(self, token: trio.lowlevel.TrioToken, block: Block) -> None:
-        busy_for(3.0)
+        busy_for(3.0, until=self.stop_spinning)
 
 
 class TrioResetThreadWakesNoonePool(TrioResetThreadPool):
@@ -137,4 +139,7 @@ def _reset_worker(
             return
         with contextlib.suppress(trio.RunFinishedError):  # the run ended as it zeroed the block
             pool._in_thread(*job)
-        del pool
+        # Nothing held while it waits: a daemon thread that drops a block's tensor as the
+        # interpreter shuts down dies inside torch's deallocation, and the process aborts
+        # ("terminate called without an active exception", exit 134).
+        del pool, job
