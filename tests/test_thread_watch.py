@@ -138,3 +138,30 @@ def test_a_real_thread_parks_on_its_queue_and_is_at_work_with_a_job() -> None:
     finally:
         jobs.put(None)
         thread.join()
+
+
+def test_a_thread_at_work_at_every_look_past_the_limit_is_let_be(
+    watched: tuple[ThreadWatch, threading.Thread], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``at_work_within``: a thread that spins for the pool's whole life holds an idle run up for
+    the limit once, then is watched no more; one that parks in between starts the limit again."""
+    watch, _ = watched
+    kernel = _Kernel(monkeypatch)
+    kernel.shows(b"R", 1)
+    assert watch.at_work_within(1.0)
+    kernel.now += 0.9
+    assert watch.at_work_within(1.0, first=False)
+    kernel.shows(b"S", 1)
+    kernel.now += 0.05
+    assert not kernel.waits(watch, 2 * STILL_S)
+    assert not watch.at_work_within(1.0, first=False)  # parked: the limit counts again from here
+    kernel.shows(b"R", 2)
+    assert watch.at_work_within(1.0, first=False)
+    kernel.now += 0.9
+    assert watch.at_work_within(1.0, first=False), "0.9 s since it was last found parked"
+    watch.restart()
+    kernel.now += 0.9
+    assert watch.at_work_within(1.0, first=False), "a new wait of the host's gets the whole limit"
+    kernel.now += 1.1
+    assert not watch.at_work_within(1.0, first=False)
+    assert not watch and not watch.at_work(), "let be: no longer watched"

@@ -112,6 +112,7 @@ class ThreadWatch:
         self._parked: dict[threading.Thread, int] = {}
         self._still_for: dict[threading.Thread, float] = {}
         self._looked: float | None = None  # real time of the last look
+        self._busy_since: float | None = None  # real time seen at work at every look since
         self._enabled = watching_possible()
         self._known: set[threading.Thread] = (
             set(threading.enumerate()).difference(_adopted()) if self._enabled else set()
@@ -185,6 +186,28 @@ class ThreadWatch:
                 else:
                     busy = True
         return busy
+
+    def at_work_within(self, limit: float, first: bool = True) -> bool:
+        """``at_work``, for ``limit`` seconds of real time at most: once a thread has been seen at
+        work at every look for longer (since the last look that found none, or ``restart``), the
+        threads at work are let be (``let_be``) and this is False. A host's idle wait for the
+        code's own thread uses it, so that a thread that polls or spins for the pool's whole life
+        holds up an idle run once, and not at every turn."""
+        if not self.at_work(first):
+            self._busy_since = None
+            return False
+        now = time.perf_counter()
+        if self._busy_since is None:
+            self._busy_since = now
+        elif now - self._busy_since > limit:
+            self.let_be()
+            self._busy_since = None
+            return False
+        return True
+
+    def restart(self) -> None:
+        """Count ``at_work_within``'s limit from the next look on (a new wait of the host's)."""
+        self._busy_since = None
 
     def _forget(self, thread: threading.Thread) -> None:
         self._threads.remove(thread)

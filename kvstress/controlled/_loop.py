@@ -984,18 +984,19 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             return None if self._kv_inbox else False
         self.thread_work_begins()
         self._kv_foreign = True
+        watch.restart()  # each idle wait gets the whole bound
         began = time.perf_counter()
         try:
             while True:
                 waited = self._wait_for_threads(FOREIGN_POLL_S)  # one look's worth of real time
-                busy = watch.at_work(first=False)  # the wait counts toward a thread's stillness
+                # The wait counts toward a thread's stillness (first=False).
+                busy = watch.at_work_within(SUBMITTED_WAIT_S, first=False)
                 if waited is not False:
                     return waited  # something came back, or the next timer is due
                 if not busy and not self._kv_offers.due():
                     return None if self._kv_inbox else False
                 if time.perf_counter() - began > SUBMITTED_WAIT_S:
-                    watch.let_be()
-                    return None if self._kv_inbox else False
+                    return None if self._kv_inbox else False  # offers due, no thread at work
         finally:
             self._kv_foreign = False
             self._kv_follow_real()  # the real time up to now counts; then exact virtual time again

@@ -128,7 +128,6 @@ class ThreadGates(trio.abc.Instrument):
         self._draw = random.Random(seed ^ _DRAWS)
         self._offers = OffersDue(self._now)  # expect_offer
         self._watch: ThreadWatch | None = None
-        self._late_since: float | None = None  # real time an offer is late since (``_at_work``)
 
     def before_run(self) -> None:
         self._draw = random.Random(self._seed ^ _DRAWS)  # the same draws in every run of the seed
@@ -157,34 +156,19 @@ class ThreadGates(trio.abc.Instrument):
 
     def _offers_due(self, first: bool = True) -> bool:
         """Whether an offer ``expect_offer`` was told of is still due: pending and in time, or
-        a thread of the code's own at work (``_at_work``; ``first`` as there); the last one
-        done counts the run's work back."""
+        done or late while a thread of the code's own is at work (``first``: the run's thread
+        may have run steps since the last look). Such a thread may have the block in hand,
+        working on it longer than the checks' settle time, or be starved of a core on a loaded
+        machine after it marked the block FREE and before it handed it back (a correct pool's
+        ``lost-block``, once in a CI run): it is waited for ``SUBMITTED_WAIT_S`` of real time at
+        most, as the asyncio loop waits, then let be (one that polls for the pool's whole life).
+        The last offer done counts the run's work back."""
         if not self._offers:
             return False
-        if not self._offers.due(functools.partial(self._at_work, first)):
-            self._late_since = None
-            trio_work_out(self.token, -1)
-            return False
-        return True
-
-    def _at_work(self, first: bool) -> bool:
-        """Whether a thread the code started is at work now (``ThreadWatch.at_work``; ``first``:
-        the run's thread may have run steps since the last look), while an offer is done or
-        late: the thread may have the block in hand, working on it longer than the checks'
-        settle time, or starved of a core on a loaded machine after it marked the block FREE and
-        before it handed it back (a correct pool's ``lost-block``, once in a CI run). For
-        ``SUBMITTED_WAIT_S`` of real time at most, as the asyncio loop waits: a thread at work
-        all that time is let be (one that polls for the pool's whole life)."""
         watch = self._watch
-        if watch is None or not watch.at_work(first):
-            self._late_since = None
-            return False
-        now = time.perf_counter()
-        if self._late_since is None:
-            self._late_since = now
-        elif now - self._late_since > SUBMITTED_WAIT_S:
-            watch.let_be()
-            self._late_since = None
+        at_work = None if watch is None else functools.partial(watch.at_work_within, SUBMITTED_WAIT_S, first)
+        if not self._offers.due(at_work):
+            trio_work_out(self.token, -1)
             return False
         return True
 
@@ -193,7 +177,6 @@ class ThreadGates(trio.abc.Instrument):
         if self._offers:
             self._offers.clear()
             trio_work_out(self.token, -1)
-        self._late_since = None
         waiting = [work for works in self._after_step_of.values() for work in works]
         later = [work for work, _ in self._after_batch]
         for work in (*self._handed, *later, *waiting):  # left at their gates
