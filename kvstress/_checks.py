@@ -111,3 +111,25 @@ def check_positive_or_none(name: str, value: object) -> float | None:
     if math.isinf(value):
         raise ValueError(f"{name} must be finite, got {got(value)}")
     return float(value)
+
+
+PROTOCOL = ("num_blocks", "acquire", "mark_in_use", "retain", "release", "free_count", "free_ids")
+"""The members every pool has (docs/protocol.md); all but ``num_blocks`` are called."""
+
+
+def protocol_gap(pool: object) -> str | None:
+    """What keeps ``pool`` from the protocol's shape, as a clause that follows the pool's name in
+    a message (", which lacks the protocol's free_ids", " whose free_count is 2 (int), not a
+    method: ..."); None when it has every member. Reading a member runs a property's code, as
+    the harness's first call would."""
+    missing = [name for name in PROTOCOL if not hasattr(pool, name)]
+    if missing:
+        return f", which lacks the protocol's {', '.join(missing)}"
+    for name in PROTOCOL[1:]:
+        value = getattr(pool, name)
+        if not callable(value):
+            return (
+                f" whose {name} is {got(value)}, not a method: the harness calls {name}() "
+                "(see docs/protocol.md)"
+            )
+    return None

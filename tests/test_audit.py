@@ -271,6 +271,10 @@ def test_bad_arguments_raise_value_error_naming_them() -> None:
     """An object without the protocol, a bad option, a foreign handle: ValueError naming it."""
     with pytest.raises(ValueError, match="pool must keep"):
         kvstress.audit(object())
+    counted = ThreadedBlockPool(1, (2,))
+    counted.free_count = 1  # type: ignore[assignment, method-assign]
+    with pytest.raises(ValueError, match=r"whose free_count is 1 \(int\), not a method"):
+        kvstress.audit(counted)
     with pytest.raises(ValueError, match="history"):
         kvstress.audit(ThreadedBlockPool(1, (2,)), history=0)
     with pytest.raises(ValueError, match="queue_check_every"):

@@ -194,6 +194,20 @@ def test_a_factory_missing_the_protocol_is_a_usage_error(tmp_path: Path) -> None
     assert "built a Half," in done.stderr
 
 
+def test_a_protocol_member_that_is_not_a_method_is_a_usage_error(tmp_path: Path) -> None:
+    """``free_count`` written as a property: exit 2 saying the harness calls it, not a crash
+    reported as the pool's finding at the first check."""
+    (tmp_path / "proppool.py").write_text(
+        "from kvstress import ThreadedBlockPool\n\n"
+        "class Prop(ThreadedBlockPool):\n"
+        "    @property\n    def free_count(self):\n        return super().free_count()\n"
+    )
+    done = kvstress("fuzz", "--pool", "proppool:Prop", "--budget", "1", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert "whose free_count is 2 (int), not a method: the harness calls free_count()" in done.stderr
+
+
 def test_a_type_name_takes_the_article_it_is_read_with() -> None:
     """A blind user's ``OneSpaceBuggy`` was "built an OneSpaceBuggy"."""
     from kvstress.fuzz._target import _a

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from kvstress._checks import protocol_gap
 from kvstress._format import error_text
 from kvstress._violation import InvariantViolation, Operation
 from kvstress.audit._block import AuditedBlock
@@ -96,7 +97,6 @@ def _record(found: InvariantViolation) -> None:
 """The pool's own calls that take or return block handles: never forwarded unaudited (the audit
 has ``acquire_many`` where the pool has it; the others are absent, so callers fall back to the
 audited one-block calls)."""
-PROTOCOL = ("num_blocks", "acquire", "mark_in_use", "retain", "release", "free_count", "free_ids")
 
 
 def stops_a_call(error: BaseException) -> bool:
@@ -125,11 +125,9 @@ class AuditCore:
     """The ledger, the checks, and the first violation found (``close()`` raises it again)."""
 
     def __init__(self, pool: Any, *, history: int, stack_limit: int, queue_check_every: int | None) -> None:
-        missing = [name for name in PROTOCOL if not hasattr(pool, name)]
-        if missing:
-            raise ValueError(
-                f"pool must keep the kvstress pool protocol; {pool!r} lacks {', '.join(missing)}"
-            )
+        gap = protocol_gap(pool)
+        if gap is not None:
+            raise ValueError(f"pool must keep the kvstress pool protocol; {pool!r}{gap}")
         if not isinstance(history, int) or history < 1:
             raise ValueError(f"history must be a positive int, got {history!r}")
         if not isinstance(stack_limit, int) or stack_limit < 0:

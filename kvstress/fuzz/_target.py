@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 import torch
 
-from kvstress._checks import check_block_shape, check_num_blocks
+from kvstress._checks import check_block_shape, check_num_blocks, protocol_gap
 from kvstress.controlled._patch import resolve_modules
 from kvstress.controlled._reach import reached_modules
-from kvstress.harness._driver import PROTOCOL, is_async_factory
+from kvstress.harness._driver import is_async_factory
 from kvstress.harness._runner import Abandoned, run_on_a_thread
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -120,11 +120,9 @@ def load_target(
     blocks, shape = check_target_args(spec, num_blocks, block_shape, backend)
     factory = _import(spec)
     pool = _build(spec, factory, blocks, shape, backend)
-    missing = [name for name in PROTOCOL if not hasattr(pool, name)]
-    if missing:
-        raise TargetError(
-            f"{spec} built {_a(type(pool).__name__)}, which lacks the protocol's {', '.join(missing)}"
-        )
+    gap = protocol_gap(pool)
+    if gap is not None:
+        raise TargetError(f"{spec} built {_a(type(pool).__name__)}{gap}")
     is_async = inspect.iscoroutinefunction(pool.acquire)
     _check_plain_calls(spec, pool, is_async)
     if is_async:

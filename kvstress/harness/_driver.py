@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 
 from kvstress import checkers
-from kvstress._checks import check_block_shape, check_dtype, check_num_blocks
+from kvstress._checks import check_block_shape, check_dtype, check_num_blocks, protocol_gap
 from kvstress._format import error_text
 from kvstress._violation import BlockRecord, InvariantViolation
 from kvstress.checkers import TimingPolicy
@@ -31,7 +31,6 @@ from kvstress.harness._runner import CallHung, LoopThread, ThreadWorker, run_to_
 from kvstress.harness._scenarios import Scenarios, speaks_anyio
 
 T = TypeVar("T")
-PROTOCOL = ("num_blocks", "acquire", "mark_in_use", "retain", "release", "free_count", "free_ids")
 BACKENDS = ("asyncio", "trio")
 
 
@@ -333,9 +332,9 @@ class PoolDriver(Scenarios):
                 f"{name}({self.num_blocks}, {self.block_shape}, dtype=..., device=...) raised "
                 f"{error_text(exc)}"
             ) from exc
-        missing = [m for m in PROTOCOL if not hasattr(pool, m)]
-        if missing:
-            raise PoolSetupError(f"{name} built {type(pool).__name__}, which lacks {', '.join(missing)}")
+        gap = protocol_gap(pool)
+        if gap is not None:
+            raise PoolSetupError(f"{name} built {type(pool).__name__}{gap}")
         if pool.num_blocks != self.num_blocks:
             raise PoolSetupError(
                 f"{name} built a pool of {pool.num_blocks} blocks, asked for {self.num_blocks}"
