@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 
 def load_factor() -> float:
@@ -13,3 +14,36 @@ def load_factor() -> float:
     except (AttributeError, OSError):
         return 1.0
     return max(1.0, load / (os.cpu_count() or 1))
+
+
+def queued_ns(native_id: int) -> int | None:
+    """Nanoseconds a thread of this process has spent runnable but waiting for a core (the
+    second field of Linux's ``/proc/self/task/<id>/schedstat``), None where the platform does
+    not show it or the thread is gone. A watchdog that counts wall time less this does not take
+    a thread the OS starved (a loaded machine, a niced test run) for one that hung or spun."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as sched:
+            return int(sched.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class RunnableClock:
+    """Wall seconds since it was made, less the time one thread spent waiting for a core since:
+    the time that thread ran or waited on purpose. Plain wall time where the platform does not
+    show run queues (``queued_ns``)."""
+
+    def __init__(self, native_id: int | None) -> None:
+        self._id = native_id
+        self._began = time.monotonic()
+        self._queued0 = queued_ns(native_id) if native_id is not None else None
+
+    def wall(self) -> float:
+        return time.monotonic() - self._began
+
+    def elapsed(self) -> float:
+        wall = self.wall()
+        if self._id is None or self._queued0 is None:
+            return wall
+        queued = queued_ns(self._id)
+        return wall if queued is None else max(0.0, wall - (queued - self._queued0) / 1e9)

@@ -8,7 +8,9 @@ import time
 import anyio
 import pytest
 
+from kvstress import _load
 from kvstress.harness._runner import (
+    STARVED_CAP,
     Abandoned,
     CallHung,
     LoopThread,
@@ -138,4 +140,21 @@ def test_run_on_a_thread_abandons_an_idle_run_before_its_bound() -> None:
     with pytest.raises(Abandoned):
         run_on_a_thread(release.wait, 30.0, name="kvstress-idle", idle=lambda: True)
     assert time.monotonic() - start < 1.0
+    release.set()
+
+
+def test_run_on_a_thread_does_not_count_time_its_thread_waited_for_a_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run kept off the CPU (a loaded machine: its thread runnable on a run queue) is waited
+    for past its bound, up to ``STARVED_CAP`` times it: a correct trio run starved so was
+    abandoned as a hang. The starvation is scripted: the thread 'waits for a core' all along."""
+    began = time.monotonic()
+    monkeypatch.setattr(_load, "queued_ns", lambda native_id: int((time.monotonic() - began) * 1e9))
+    assert run_on_a_thread(lambda: time.sleep(0.3) or "done", 0.1, name="kvstress-starved") == "done"
+    release = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(Abandoned):
+        run_on_a_thread(release.wait, 0.05, name="kvstress-starved")
+    assert 0.05 * STARVED_CAP <= time.monotonic() - start < 0.05 * STARVED_CAP + 1.0
     release.set()

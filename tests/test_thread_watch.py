@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from kvstress.controlled import _foreign
-from kvstress.controlled._foreign import STILL_S, ThreadWatch, watching_possible
+from kvstress.controlled._foreign import STARVED_CAP, STILL_S, ThreadWatch, watching_possible
 
 
 @pytest.fixture
@@ -41,8 +41,8 @@ class _Kernel:
     clock, both as the test sets them: no sleep, so a loaded machine cannot stretch a wait."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.state, self.ran, self.now = b"S", 0, 1000.0
-        monkeypatch.setattr(_foreign, "_sample", lambda native_id: (self.state[0], self.ran))
+        self.state, self.ran, self.queued, self.now = b"S", 0, 0, 1000.0
+        monkeypatch.setattr(_foreign, "_sample", lambda native_id: (self.state[0], self.ran, self.queued))
         monkeypatch.setattr(
             _foreign, "time", SimpleNamespace(perf_counter=lambda: self.now, sleep=lambda seconds: None)
         )
@@ -165,3 +165,23 @@ def test_a_thread_at_work_at_every_look_past_the_limit_is_let_be(
     kernel.now += 1.1
     assert not watch.at_work_within(1.0, first=False)
     assert not watch and not watch.at_work(), "let be: no longer watched"
+
+
+def test_time_a_thread_at_work_waits_for_a_core_does_not_count_toward_the_limit(
+    watched: tuple[ThreadWatch, threading.Thread], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runnable but starved of a core (a loaded machine), a reset thread with a block in hand is
+    waited for past the limit: it was let be, and its correct pool reported ``lost-block``. Up
+    to ``STARVED_CAP`` times the limit of real time, so that the wait still ends."""
+    watch, _ = watched
+    kernel = _Kernel(monkeypatch)
+    kernel.shows(b"R", 1)
+    assert watch.at_work_within(1.0)
+    for _ in range(int(STARVED_CAP) * 2 - 1):
+        kernel.now += 0.5
+        kernel.queued += int(0.45e9)  # 0.45 s of each 0.5 s on a run queue
+        assert watch.at_work_within(1.0, first=False)
+    kernel.now += 0.6
+    kernel.queued += int(0.6e9)
+    assert not watch.at_work_within(1.0, first=False), "past the cap"
+    assert not watch

@@ -43,6 +43,10 @@ loop's thread lets go, and runs. Short, because a thread that wakes more often t
 housekeeping thread's poll) reads as at work, and the idle loop waits for it in real time until
 it is let be (``SUBMITTED_WAIT_S``)."""
 
+STARVED_CAP = 10.0
+"""How many times its limit of real time ``ThreadWatch.at_work_within`` waits at most for a
+thread at work that the OS keeps waiting for a core."""
+
 _TASKS = "/proc/self/task"
 
 GATED_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
@@ -76,21 +80,22 @@ def watching_possible() -> bool:
     return os.path.isdir(_TASKS)
 
 
-def _sample(native_id: int) -> tuple[int, int] | None:
-    """(state byte, CPU nanoseconds so far) of a thread of this process; None once it is gone."""
+def _sample(native_id: int) -> tuple[int, int, int] | None:
+    """(state byte, CPU nanoseconds so far, nanoseconds spent waiting for a core so far) of a
+    thread of this process; None once it is gone."""
     base = f"{_TASKS}/{native_id}/"
     try:
         with open(base + "stat", "rb") as stat:
             line = stat.read()
         with open(base + "schedstat", "rb") as sched:
-            ran = int(sched.read().split()[0])
-    except (OSError, ValueError, IndexError):
+            ran, queued = (int(field) for field in sched.read().split()[:2])
+    except (OSError, ValueError):
         return None
     # "pid (comm) S ...": the name may hold spaces and parentheses, the state follows the last ")".
     end = line.rfind(b")")
     if end < 0 or end + 2 >= len(line):
         return None
-    return line[end + 2], ran
+    return line[end + 2], ran, queued
 
 
 class ThreadWatch:
@@ -112,7 +117,12 @@ class ThreadWatch:
         self._parked: dict[threading.Thread, int] = {}
         self._still_for: dict[threading.Thread, float] = {}
         self._looked: float | None = None  # real time of the last look
-        self._busy_since: float | None = None  # real time seen at work at every look since
+        self._queued: dict[threading.Thread, int] = {}  # ns waiting for a core, at the last look
+        self._starved = 0.0  # seconds the least-starved thread at work waited for a core, last look
+        # Since the last look that found no thread at work (or ``restart``): real seconds in
+        # which a thread at work could run (``at_work_within``), and when that began.
+        self._busy_for: float | None = None
+        self._busy_since = self._busy_looked = 0.0
         self._enabled = watching_possible()
         self._known: set[threading.Thread] = (
             set(threading.enumerate()).difference(_adopted()) if self._enabled else set()
@@ -161,6 +171,7 @@ class ThreadWatch:
         waited = 0.0 if first or self._looked is None else now - self._looked
         self._looked = now
         busy = False
+        starved: float | None = None
         for thread in list(self._threads):
             if thread in GATED_THREADS:
                 self._forget(thread)  # became a gated call's worker since the last look
@@ -169,13 +180,16 @@ class ThreadWatch:
             if seen is None or not thread.is_alive():
                 self._forget(thread)
                 continue
-            state, ran = seen
+            state, ran, queued = seen
             moved = self._ran.get(thread) != ran
             self._ran[thread] = ran
+            waited_for_core = (queued - self._queued.get(thread, queued)) / 1e9
+            self._queued[thread] = queued
             if state not in PARKED_STATES or moved:
                 self._parked.pop(thread, None)
                 self._still_for[thread] = 0.0
                 busy = True
+                starved = waited_for_core if starved is None else min(starved, waited_for_core)
             elif self._parked.get(thread) == ran:
                 continue  # found parked before, and has not run since
             else:
@@ -185,33 +199,41 @@ class ThreadWatch:
                     self._parked[thread] = ran
                 else:
                     busy = True
+                    starved = 0.0
+        self._starved = starved or 0.0
         return busy
 
     def at_work_within(self, limit: float, first: bool = True) -> bool:
-        """``at_work``, for ``limit`` seconds of real time at most: once a thread has been seen at
-        work at every look for longer (since the last look that found none, or ``restart``), the
-        threads at work are let be (``let_be``) and this is False. A host's idle wait for the
-        code's own thread uses it, so that a thread that polls or spins for the pool's whole life
-        holds up an idle run once, and not at every turn."""
+        """``at_work``, for ``limit`` seconds at most: once a thread has been seen at work at
+        every look for longer (since the last look that found none, or ``restart``), the threads
+        at work are let be (``let_be``) and this is False. A host's idle wait for the code's own
+        thread uses it, so that a thread that polls or spins for the pool's whole life holds an
+        idle run up once, not at every turn. The time a thread at work spent waiting for a core
+        does not count (up to ``STARVED_CAP`` times ``limit`` of real time): starved on a loaded
+        machine, a correct pool's reset thread was let be with a block in hand (``lost-block``)."""
         if not self.at_work(first):
-            self._busy_since = None
+            self._busy_for = None
             return False
         now = time.perf_counter()
-        if self._busy_since is None:
-            self._busy_since = now
-        elif now - self._busy_since > limit:
+        if self._busy_for is None:
+            self._busy_for, self._busy_since, self._busy_looked = 0.0, now, now
+            return True
+        self._busy_for += max(0.0, now - self._busy_looked - self._starved)
+        self._busy_looked = now
+        if self._busy_for > limit or now - self._busy_since > limit * STARVED_CAP:
             self.let_be()
-            self._busy_since = None
+            self._busy_for = None
             return False
         return True
 
     def restart(self) -> None:
         """Count ``at_work_within``'s limit from the next look on (a new wait of the host's)."""
-        self._busy_since = None
+        self._busy_for = None
 
     def _forget(self, thread: threading.Thread) -> None:
         self._threads.remove(thread)
         self._ran.pop(thread, None)
+        self._queued.pop(thread, None)
         self._parked.pop(thread, None)
         self._still_for.pop(thread, None)
 

@@ -297,7 +297,7 @@ class GatedWork:
                 if seen is None:
                     parked = 2  # the thread is gone
                 else:
-                    state, ran = seen
+                    state, ran, _ = seen
                     parked = parked + 1 if state in PARKED_STATES and ran == last_ran else 0
                     last_ran = ran
             # This look held the interpreter lock (or waited for it): a loaded machine that takes

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import queue
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -20,9 +19,13 @@ from typing import Any, TypeVar
 import anyio
 import anyio.from_thread
 
+from kvstress._load import RunnableClock
 from kvstress.controlled._loop import contended_step
 
 T = TypeVar("T")
+
+STARVED_CAP = 10.0
+"""How many times its bound of wall time a run starved of a core is waited for at most."""
 
 
 class CallHung(Exception):
@@ -45,6 +48,10 @@ def run_on_a_thread(
     or what it raised. Past the bound, or as soon as ``idle()`` says that nothing can end the
     run any more, the thread is abandoned and Abandoned is raised.
 
+    The bound counts the time the thread ran or waited on purpose, not the time the OS kept it
+    waiting for a core (``RunnableClock``), up to ``STARVED_CAP`` times the bound of wall time:
+    a correct trio run starved on a loaded machine was abandoned as a hang.
+
     On Ctrl-C the thread gets ``interrupt_grace`` seconds to end before the interrupt goes on:
     a daemon thread still inside torch when the interpreter exits aborts the process.
     """
@@ -59,16 +66,13 @@ def run_on_a_thread(
 
     thread = threading.Thread(target=target, name=name, daemon=True)
     thread.start()
+    clock = RunnableClock(thread.native_id)
     try:
-        if idle is None:
-            thread.join(bound)
-        else:
-            deadline = time.monotonic() + bound
-            while thread.is_alive() and time.monotonic() < deadline:
-                thread.join(0.01)
-                if idle():
-                    thread.join(0.05)  # a cancellation may still end it cleanly
-                    break
+        while thread.is_alive() and clock.elapsed() < bound and clock.wall() < bound * STARVED_CAP:
+            thread.join(min(0.01 if idle is not None else 0.05, bound))
+            if idle is not None and idle():
+                thread.join(0.05)  # a cancellation may still end it cleanly
+                break
     except KeyboardInterrupt:
         thread.join(interrupt_grace)
         raise
