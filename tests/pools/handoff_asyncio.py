@@ -10,7 +10,6 @@ on asyncio alone).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import queue
 import threading
 import time
@@ -26,6 +25,7 @@ from kvstress.mutants import Block
 from kvstress.mutants._block import seconds
 from kvstress.mutants._ledger import BlockLedger
 from pools._busy import busy_for
+from pools._worker import reset_worker
 
 
 class _Waiter:
@@ -143,7 +143,8 @@ class ThreadResetHandoffPool(HandoffPool):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._jobs: queue.Queue[tuple[asyncio.AbstractEventLoop, Block] | None] = queue.Queue()
-        worker = threading.Thread(target=_reset_worker, args=(weakref.ref(self), self._jobs), daemon=True)
+        work = (weakref.ref(self), self._jobs, "_zeroed", RuntimeError)  # RuntimeError: the loop closed
+        worker = threading.Thread(target=reset_worker, args=work, daemon=True)
         worker.start()
         # Not at exit: a daemon thread woken while the interpreter shuts down may abort it.
         weakref.finalize(self, self._jobs.put, None).atexit = self.wake_at_exit
@@ -222,20 +223,6 @@ class ThreadSkipsResetPool(ThreadResetHandoffPool):
 
     def _zeroed(self, loop: asyncio.AbstractEventLoop, block: Block) -> None:
         loop.call_soon_threadsafe(self._back, block)
-
-
-def _reset_worker(
-    pool_ref: weakref.ref[ThreadResetHandoffPool],
-    jobs: queue.Queue[tuple[asyncio.AbstractEventLoop, Block] | None],
-) -> None:
-    while (job := jobs.get()) is not None:
-        pool = pool_ref()
-        if pool is None:
-            return
-        loop, block = job
-        with contextlib.suppress(RuntimeError):  # the run's loop closed as it zeroed the block
-            pool._zeroed(loop, block)
-        del pool, job, loop, block  # nothing held while it waits (see trio_reset_thread.py)
 
 
 def demo() -> None:  # pragma: no cover - what the module imports anyio for

@@ -9,7 +9,6 @@ seed (``lost-block``, ``lost-wakeup``, a blind user's), and their buggy twins th
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 import time
@@ -23,6 +22,7 @@ from kvstress.mutants import Block
 from kvstress.mutants._block import seconds
 from kvstress.mutants._ledger import BlockLedger
 from pools._busy import busy_for
+from pools._worker import reset_worker
 
 
 class TrioResetThreadPool(BlockLedger):
@@ -38,7 +38,8 @@ class TrioResetThreadPool(BlockLedger):
         super().__init__(*args, **kwargs)
         self._lot = trio.lowlevel.ParkingLot()
         self._jobs: queue.SimpleQueue[tuple[trio.lowlevel.TrioToken, Block] | None] = queue.SimpleQueue()
-        threading.Thread(target=_reset_worker, args=(weakref.ref(self), self._jobs), daemon=True).start()
+        work = (weakref.ref(self), self._jobs, "_in_thread", trio.RunFinishedError)
+        threading.Thread(target=reset_worker, args=work, daemon=True).start()
         weakref.finalize(self, self._jobs.put, None).atexit = False
 
     async def acquire(self, timeout: float | None = None) -> Block | None:
@@ -127,19 +128,3 @@ class TrioResetThreadWakesNoonePool(TrioResetThreadPool):
     def _offer(self, block: Block) -> None:
         block.state = BlockState.FREE
         self._free.append(block)
-
-
-def _reset_worker(
-    pool_ref: weakref.ref[TrioResetThreadPool],
-    jobs: queue.SimpleQueue[tuple[trio.lowlevel.TrioToken, Block] | None],
-) -> None:
-    while (job := jobs.get()) is not None:
-        pool = pool_ref()
-        if pool is None:
-            return
-        with contextlib.suppress(trio.RunFinishedError):  # the run ended as it zeroed the block
-            pool._in_thread(*job)
-        # Nothing held while it waits: a daemon thread that drops a block's tensor as the
-        # interpreter shuts down dies inside torch's deallocation, and the process aborts
-        # ("terminate called without an active exception", exit 134).
-        del pool, job
