@@ -111,23 +111,25 @@ def check_wakeups(
                     "lost-wakeup",
                     f"{waiter.describe()} kept waiting for {free_to - free_from:.6g} s while block "
                     f"{block} sat free (released by {release.worker} at {release.end:.6f} s{late}"
-                    f"{_from(waiter, freed, reserved, free_from)}, {until}); "
+                    f"{_from(waiter, freed, reserved, free_from, bool(batches))}, {until}); "
                     f"the bound is {bound:.6g} s (backoff {backoff_bound:g} + slack {slack:g})",
                     history=tuple(history),
                 )
 
 
-def _from(waiter: Operation, freed: float, reserved: float, free_from: float) -> str:
+def _from(waiter: Operation, freed: float, reserved: float, free_from: float, batches: bool) -> str:
     """Where the free stretch began, when not at the release: the waiter's own call, or the
-    moment a waiter that gave up (or a batch ahead) may have held the block until (the stretch
-    read as 0.8995 s between 0.001 and 1.0005 s, a blind user's)."""
+    moment a waiter that gave up (or, in a history with ``batches``, a batch ahead) may have
+    held the block until (the stretch read as 0.8995 s between 0.001 and 1.0005 s, a blind
+    user's; "a batch ahead" named to a pool without acquire_many was noise, another's)."""
     if free_from <= freed:
         return ""
     if free_from == waiter.start and free_from >= reserved:
         return f", counted from this acquire's call at {free_from:.6f} s"
+    ahead = ", or a batch ahead," if batches else ""
     return (
-        f", counted free from {free_from:.6f} s: another acquire that gave up, or a batch "
-        "ahead, may have held it until then"
+        f", counted free from {free_from:.6f} s: another acquire that gave up{ahead} may have held "
+        "it until then"
     )
 
 
