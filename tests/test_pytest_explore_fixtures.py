@@ -135,6 +135,49 @@ def test_a_correct_service_started_by_a_fixture_is_explored_clean(pytester: pyte
     assert "test_booking.py::test_fixture_shares_the_loop: explored 3 schedules" in out
 
 
+PARAM_MARKED = """
+import asyncio
+
+import pytest
+import pytest_asyncio
+
+
+@pytest_asyncio.fixture
+async def waker():
+    # A task the fixture starts, waking the test through an event.
+    ready = asyncio.Event()
+    task = asyncio.create_task(asyncio.sleep(0.01))
+    task.add_done_callback(lambda _: ready.set())
+    yield asyncio.get_running_loop(), ready
+    task.cancel()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "explored", [pytest.param(True, marks=pytest.mark.kvstress_explore(schedules=5, seed=1)), False]
+)
+async def test_param(waker, explored):
+    fixture_loop, ready = waker
+    loop = asyncio.get_running_loop()
+    assert fixture_loop is loop
+    assert (type(loop).__name__ == "ControlledEventLoop") == explored
+    await ready.wait()
+"""
+
+
+def test_a_marker_given_through_pytest_param_runs_the_fixtures_on_the_schedules_loop(
+    pytester: pytest.Pytester,
+) -> None:
+    """``pytest.param(..., marks=kvstress_explore(...))``: the fixtures ran on the stock loop and
+    the call on the schedule's, and a correct test was a ``Deadlock`` at schedule 1 (a blind
+    user's); its unmarked sibling keeps the stock loop."""
+    pytester.makeini(INI)
+    pytester.makepyfile(test_param_marked=PARAM_MARKED)
+    result = _run(pytester)
+    result.assert_outcomes(passed=2)
+    assert "test_param[True]: explored 5 schedules" in result.stdout.str()
+
+
 def test_a_race_in_a_fixtures_worker_is_found_and_replays(pytester: pytest.Pytester) -> None:
     """The racy worker passes plain pytest-asyncio; explored, it fails with a schedule whose
     replay (setup, call and all) fails the same way."""

@@ -569,10 +569,24 @@ class _InOrder:
         return 0
 
 
+def _marked_or_a_param_marked(definition: pytest.Item) -> bool:
+    """Whether the test carries the marker, or one of its ``pytest.param(..., marks=...)`` does:
+    the function is parametrised once for all its items (a marker on a param alone left its
+    fixtures on the stock loop, its call on a schedule's: a blind user's ``Deadlock``)."""
+    if definition.get_closest_marker(MARKER_NAME) is not None:
+        return True
+    for parametrize in definition.iter_markers(name="parametrize"):
+        values = parametrize.args[1] if len(parametrize.args) > 1 else parametrize.kwargs.get("argvalues", ())
+        for value in values if isinstance(values, list | tuple) else ():
+            if any(getattr(mark, "name", None) == MARKER_NAME for mark in getattr(value, "marks", ())):
+                return True
+    return False
+
+
 def _wants_our_loop(metafunc: pytest.Metafunc) -> bool:
     """An explored test that pytest-asyncio may run (async, not anyio's) at the function loop scope."""
     definition = metafunc.definition
-    if definition.get_closest_marker(MARKER_NAME) is None or definition.get_closest_marker("anyio"):
+    if not _marked_or_a_param_marked(definition) or definition.get_closest_marker("anyio"):
         return False
     if not inspect.iscoroutinefunction(inspect.unwrap(metafunc.function)):
         return False
