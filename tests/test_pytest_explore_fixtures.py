@@ -564,3 +564,67 @@ def test_a_thread_stuck_on_a_wider_fixtures_real_lock_says_so(pytester: pytest.P
     result = _run(pytester)
     result.assert_outcomes(passed=1, failed=1)
     assert "the test's fixtures hold shared_pool._cond (a real threading.Condition)" in result.stdout.str()
+
+
+SHELF = """
+import threading
+
+
+class Shelf:
+    '''Items under a lock; take() calls back while it holds it.'''
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.taken = []
+
+    def take(self, item, on_take):
+        with self._lock:
+            on_take(item)
+            self.taken.append(item)
+"""
+
+SHELF_CONFTEST = """
+import pytest
+
+from shelf import Shelf
+
+
+@pytest.fixture
+def shelf_cls():
+    return Shelf
+"""
+
+SHELF_TEST = """
+import threading
+
+import pytest
+
+
+def note(item):
+    seen = item
+    return seen
+
+
+@pytest.mark.kvstress_explore(schedules=20, strategy="random", seed=0)
+def test_two_takers(shelf_cls):
+    shelf = shelf_cls()
+    workers = [threading.Thread(target=shelf.take, args=(i, note)) for i in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert sorted(shelf.taken) == [0, 1]
+"""
+
+
+def test_a_class_a_fixture_hands_the_test_is_followed_as_the_tests_own_modules_are(
+    pytester: pytest.Pytester,
+) -> None:
+    """A class that reaches the test only through a fixture (a conftest's) had its module left
+    alone: the lock its objects make was a real one, and a controlled thread waiting on it while
+    a parked thread held it was stuck for 5 s, then a teardown leak blamed on the test (a blind
+    user's engine, until it named the module in ``modules=``)."""
+    pytester.makepyfile(shelf=SHELF, conftest=SHELF_CONFTEST, test_shelf=SHELF_TEST)
+    result = _run(pytester)
+    result.assert_outcomes(passed=1)
+    assert "explored 20 schedules" in result.stdout.str()

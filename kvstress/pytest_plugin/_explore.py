@@ -23,7 +23,9 @@ import inspect
 import os
 import re
 import shlex
+import sys
 import threading
+import types
 import unittest
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -116,6 +118,29 @@ def _real_primitives(fixtures: Mapping[str, Any]) -> list[str]:
             if isinstance(it, _REAL_PRIMITIVES)
         ]
     return found
+
+
+def _fixtures_own_modules(fixtures: Mapping[str, Any]) -> tuple[types.ModuleType, ...]:
+    """The user's own modules behind the test's fixture values (a class a fixture hands over,
+    with its bases; an object's class), followed as the test's module's own are: a class that
+    reached the test only through a conftest's fixture had its module left alone, the lock its
+    objects made was real, and a controlled thread waiting on it was stuck (a blind user's)."""
+    from kvstress.controlled._reach import users_own
+
+    found: dict[str, types.ModuleType] = {}
+    for value in fixtures.values():
+        if inspect.isfunction(value) or inspect.ismethod(value):
+            classes: tuple[type, ...] = ()
+            module = inspect.getmodule(value)
+            if module is not None and users_own(module):
+                found.setdefault(module.__name__, module)
+        else:
+            classes = (value if isinstance(value, type) else type(value)).__mro__
+        for cls in classes:
+            module = sys.modules.get(cls.__module__)
+            if module is not None and users_own(module):
+                found.setdefault(module.__name__, module)
+    return tuple(found.values())
 
 
 def _stuck_on_real_primitives(failure: BaseException | None, fixtures: Mapping[str, Any]) -> None:
@@ -362,7 +387,7 @@ class ExploredTests:
             __tracebackhide__ = True
             _refuse_fixture_threads(run, test)
             fn = functools.partial(test, **fixtures)
-            limit, modules = run.limit, run.modules
+            limit, modules = run.limit, (*run.modules, *_fixtures_own_modules(fixtures))
             outcome = search(
                 fn,
                 scheduler,
@@ -419,7 +444,7 @@ class ExploredTests:
                     run.scheduler,
                     1,
                     failure_types=_FAILURES,
-                    modules=run.modules,
+                    modules=(*run.modules, *_fixtures_own_modules(fixtures)),
                     backend=backend,
                     retry=False,  # a replay's next try needs fresh fixtures: the next copy's
                     **_trio_run_options(item, fixtures),
