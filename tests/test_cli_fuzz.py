@@ -222,17 +222,20 @@ def test_a_type_name_takes_the_article_it_is_read_with() -> None:
 
 
 def test_a_coroutine_where_the_protocol_makes_a_plain_call_is_a_usage_error(tmp_path: Path) -> None:
-    """An async pool whose retain is ``async def`` (the harness would never await it), or a
+    """An async pool whose free_count is ``async def`` (read without await at quiet points), or a
     threaded pool whose release is: exit 2, one line naming the calls, not a finding."""
     (tmp_path / "flavours.py").write_text(
         "from kvstress.mutants import AsyncConditionPool, CondvarPool\n"
-        "class AsyncRetain(AsyncConditionPool):\n"
-        "    async def retain(self, block):\n        super().retain(block)\n"
+        "class AsyncCount(AsyncConditionPool):\n"
+        "    async def free_count(self):\n        return super().free_count()\n"
         "class ThreadedAsyncRelease(CondvarPool):\n"
         "    async def release(self, block):\n        return super().release(block)\n"
     )
     for spec, says in (
-        ("flavours:AsyncRetain", "built an async pool (acquire is a coroutine) whose retain must be plain"),
+        (
+            "flavours:AsyncCount",
+            "built an async pool (acquire is a coroutine) whose free_count must be plain",
+        ),
         (
             "flavours:ThreadedAsyncRelease",
             "built a threaded pool (acquire is a plain def: make it async def for an async pool) "
@@ -243,6 +246,26 @@ def test_a_coroutine_where_the_protocol_makes_a_plain_call_is_a_usage_error(tmp_
         assert done.returncode == 2, done.stdout + done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_an_async_pools_retain_and_mark_in_use_may_be_coroutines(tmp_path: Path) -> None:
+    """They were refused as calls the harness never awaits, though it awaits them: a correct
+    pool with ``async def`` retain and mark_in_use runs clean, and a twin whose retain loses the
+    reference it takes is found."""
+    (tmp_path / "asyncmarks.py").write_text(
+        "from kvstress.mutants import AsyncConditionPool\n"
+        "class AsyncMarks(AsyncConditionPool):\n"
+        "    async def retain(self, block):\n        super().retain(block)\n"
+        "    async def mark_in_use(self, block):\n        super().mark_in_use(block)\n"
+        "class AsyncRetainForgets(AsyncMarks):\n"
+        "    async def retain(self, block):\n        pass\n"
+    )
+    clean = kvstress("fuzz", "--pool", "asyncmarks:AsyncMarks", "--budget", "2", "--seed", "0", cwd=tmp_path)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    found = kvstress(
+        "fuzz", "--pool", "asyncmarks:AsyncRetainForgets", "--budget", "5", "--seed", "0", cwd=tmp_path
+    )
+    assert found.returncode == 1, found.stdout + found.stderr
 
 
 @pytest.mark.parametrize(

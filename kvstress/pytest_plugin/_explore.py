@@ -364,11 +364,18 @@ class ExploredTests:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A passing marked test's line from its report: under pytest-xdist the test ran in a
-        worker, and only its report reaches the controller that prints the summary."""
+        worker, and only its report reaches the controller that prints the summary. A replay's
+        line waits for its teardown: passed, the failure did not come back; failed, it did."""
+        from kvstress.explorer._explore import REPLAY_CALL_PASSED, REPLAY_PASSED
+
         if report.when == "call" and report.passed:
             for title, content in report.sections:
                 if title == f"Captured {SECTION} call":
                     self.explored[report.nodeid] = content
+        elif report.when == "teardown" and report.failed:
+            self.explored.pop(report.nodeid, None)
+        elif report.when == "teardown" and self.explored.get(report.nodeid) == REPLAY_CALL_PASSED:
+            self.explored[report.nodeid] = REPLAY_PASSED
 
     def _explorer(
         self, item: pytest.Function, run: Run, test: Callable[..., Any], backend: str
@@ -537,9 +544,9 @@ class ExploredTests:
 
     def _passed(self, item: pytest.Function, runs: int, name: str, seed: int) -> None:
         """Record a passing test's count: its report section, JUnit property and summary line."""
-        from kvstress.explorer._explore import passed_line
+        from kvstress.explorer._explore import REPLAY_CALL_PASSED, passed_line
 
-        line = passed_line(runs, name, seed)
+        line = REPLAY_CALL_PASSED if name == "replay" else passed_line(runs, name, seed)
         item.user_properties.append(("kvstress_schedules", runs))
         item.add_report_section("call", SECTION, line)
         self.explored[item.nodeid] = line
