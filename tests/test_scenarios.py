@@ -12,6 +12,7 @@ import anyio.to_thread
 import pytest
 from pools import broken
 from pools._simple import SimpleAsyncPool, SimpleThreadedPool
+from pools.dying_task import DyingOfferTaskPool
 from pools.handoff_asyncio import (
     ExecutorResetHandoffPool,
     ExecutorSkipsResetPool,
@@ -853,3 +854,14 @@ def test_what_a_thread_the_pool_started_raises_is_a_crash_with_its_schedule() ->
     assert "a thread the pool started raised RuntimeError: the reset thread gave up" in violation.message
     again = replay(config, result.failure.schedule)
     assert again is not None and again.violation.invariant == "crash"
+
+
+def test_a_finding_names_the_pools_own_task_that_died_before_it() -> None:
+    """An offering task of the pool's own died with an exception nobody awaited: the finding
+    (its lost blocks) names the death, which asyncio logged only after the run, on stderr (a
+    blind user's actor pool)."""
+    result = search(config_for(DyingOfferTaskPool), RandomScheduler(seed=0), max_executions=60)
+    assert result.failure is not None
+    message = result.failure.violation.message
+    assert "a task of the pool's own died: " in message, message
+    assert "RuntimeError: the offering task's second job" in message, message

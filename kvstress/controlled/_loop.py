@@ -204,6 +204,9 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         self._kv_submitted: set[concurrent.futures.Future[Any]] = set()
         self._kv_submitted_stale: set[concurrent.futures.Future[Any]] = set()
         self._kv_tasks_named = 0  # unnamed tasks of this run so far (``create_task``)
+        # Every task made, where a caller asks for them (a list): a fuzzing run reads those of
+        # the pool's own that died, for its finding's message.
+        self.tasks_made: list[asyncio.Task[Any]] | None = None
         self._kv_submit_lock = threading.Lock()
         self._kv_real: float | None = None  # while work is out in threads: real time last read
         self._kv_watch = ThreadWatch()  # threads started since this loop was made, watched at idle
@@ -552,6 +555,8 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
             kwargs["name"] = f"Task-{self._kv_tasks_named}"
         task = super().create_task(coro, **kwargs)
         self._lane_of_task(task)
+        if self.tasks_made is not None:
+            self.tasks_made.append(task)
         return task
 
     def run_forever(self) -> None:
