@@ -675,32 +675,38 @@ def _contract(target: FuzzTarget, seed: int, budget_s: float, shrink_s: float | 
 
 def _history(target: FuzzTarget, seed: int, budget_s: float, memo: dict[str, Any] | None) -> SliceResult:
     """The long history on ``target``'s pool, the first time; then, in that slice while
-    ``budget_s`` lasts and in each later one (``memo``: the sizes left), the contract and the
-    long history on the next sizes of its ladder (``kvstress.fuzz._contract.ladder``) that the
-    factory builds, smallest first (a later slice runs one at least). A finding names the size
-    it came at; the slice is exhausted once the ladder is."""
+    ``budget_s`` lasts and in each later one (``memo``: the steps left), the steps of its ladder
+    (``kvstress.fuzz._contract.ladder``) on the sizes the factory builds: the contract on every
+    size, smallest first, then the long history on each (a later slice runs one step at least).
+    The contracts come first, being quick: a bitmap that loses its last word at 64 blocks fails
+    the first try-once there, and waited behind the long histories of four smaller sizes (a
+    blind user's, missed at ``--budget 10`` on a loaded machine). A finding names the size it
+    came at; the slice is exhausted once the ladder is."""
     memo = {} if memo is None else memo
     start = time.monotonic()
     if "history-ladder" in memo:
         result, ran = SliceResult(), False
     else:
-        memo["history-ladder"] = list(ladder(target))
+        sizes = ladder(target)
+        memo["history-ladder"] = [(size, step) for step in ("contract", "history") for size in sizes]
+        memo["history-builds"] = {}
         result, ran = _fixed(target, seed, "history", run_history), True
-    sizes: list[int] = memo["history-ladder"]
-    while result.finding is None and sizes and (not ran or time.monotonic() - start < budget_s):
-        size = sizes.pop(0)
-        if not builds_at(target, size):
+    steps: list[tuple[int, str]] = memo["history-ladder"]
+    builds: dict[int, bool] = memo["history-builds"]
+    while result.finding is None and steps and (not ran or time.monotonic() - start < budget_s):
+        size, strategy = steps.pop(0)
+        if size not in builds:
+            builds[size] = builds_at(target, size)
+        if not builds[size]:
             continue  # a pool that refuses the size (or ignores it) keeps to its own: no finding
         ran = True
-        sized = replace(target, num_blocks=size)
-        for strategy, run in (("contract", run_contract), ("history", run_history)):
-            more = _fixed(sized, seed, strategy, run, start)
-            result.executions += more.executions
-            result.operations += more.operations
-            if more.finding is not None:
-                result.finding = replace(more.finding, num_blocks=size)
-                break
-    result.exhausted = not sizes
+        runner = run_contract if strategy == "contract" else run_history
+        more = _fixed(replace(target, num_blocks=size), seed, strategy, runner, start)
+        result.executions += more.executions
+        result.operations += more.operations
+        if more.finding is not None:
+            result.finding = replace(more.finding, num_blocks=size)
+    result.exhausted = not steps
     return result
 
 
