@@ -16,16 +16,24 @@ def load_factor() -> float:
     return max(1.0, load / (os.cpu_count() or 1))
 
 
-def queued_ns(native_id: int) -> int | None:
-    """Nanoseconds a thread of this process has spent runnable but waiting for a core (the
-    second field of Linux's ``/proc/self/task/<id>/schedstat``), None where the platform does
-    not show it or the thread is gone. A watchdog that counts wall time less this does not take
-    a thread the OS starved (a loaded machine, a niced test run) for one that hung or spun."""
+def schedstat(native_id: int) -> tuple[int, int] | None:
+    """(nanoseconds on a CPU, nanoseconds runnable but waiting for a core) so far, of a thread of
+    this process (Linux's ``/proc/self/task/<id>/schedstat``); None where the platform does not
+    show it or the thread is gone."""
     try:
         with open(f"/proc/self/task/{native_id}/schedstat", "rb") as sched:
-            return int(sched.read().split()[1])
-    except (OSError, ValueError, IndexError):
+            ran, queued = (int(field) for field in sched.read().split()[:2])
+    except (OSError, ValueError):
         return None
+    return ran, queued
+
+
+def queued_ns(native_id: int) -> int | None:
+    """Nanoseconds a thread of this process has spent runnable but waiting for a core so far
+    (``schedstat``). A watchdog that counts wall time less this does not take a thread the OS
+    starved (a loaded machine, a niced test run) for one that hung or spun."""
+    seen = schedstat(native_id)
+    return None if seen is None else seen[1]
 
 
 class RunnableClock:

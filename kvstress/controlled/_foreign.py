@@ -31,6 +31,8 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
+from kvstress._load import schedstat
+
 PARKED_STATES = frozenset(b"STtZXPI")
 """Kernel thread states of a thread that is not running and not about to (sleeping, stopped,
 dead, parked, idle). ``R`` (running or runnable) and ``D`` (in an uninterruptible wait: disk
@@ -83,19 +85,17 @@ def watching_possible() -> bool:
 def _sample(native_id: int) -> tuple[int, int, int] | None:
     """(state byte, CPU nanoseconds so far, nanoseconds spent waiting for a core so far) of a
     thread of this process; None once it is gone."""
-    base = f"{_TASKS}/{native_id}/"
     try:
-        with open(base + "stat", "rb") as stat:
+        with open(f"{_TASKS}/{native_id}/stat", "rb") as stat:
             line = stat.read()
-        with open(base + "schedstat", "rb") as sched:
-            ran, queued = (int(field) for field in sched.read().split()[:2])
-    except (OSError, ValueError):
+    except OSError:
         return None
+    times = schedstat(native_id)
     # "pid (comm) S ...": the name may hold spaces and parentheses, the state follows the last ")".
     end = line.rfind(b")")
-    if end < 0 or end + 2 >= len(line):
+    if times is None or end < 0 or end + 2 >= len(line):
         return None
-    return line[end + 2], ran, queued
+    return line[end + 2], *times
 
 
 class ThreadWatch:
