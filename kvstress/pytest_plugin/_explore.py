@@ -366,16 +366,18 @@ class ExploredTests:
         """A passing marked test's line from its report: under pytest-xdist the test ran in a
         worker, and only its report reaches the controller that prints the summary. A replay's
         line waits for its teardown: passed, the failure did not come back; failed, it did."""
-        from kvstress.explorer._explore import REPLAY_CALL_PASSED, REPLAY_PASSED
-
         if report.when == "call" and report.passed:
             for title, content in report.sections:
                 if title == f"Captured {SECTION} call":
                     self.explored[report.nodeid] = content
-        elif report.when == "teardown" and report.failed:
-            self.explored.pop(report.nodeid, None)
-        elif report.when == "teardown" and self.explored.get(report.nodeid) == REPLAY_CALL_PASSED:
-            self.explored[report.nodeid] = REPLAY_PASSED
+        elif report.when == "teardown" and report.nodeid in self.explored:
+            # Imported here only: a session that explores nothing imports no search (nor torch).
+            from kvstress.explorer._explore import REPLAY_CALL_PASSED, REPLAY_PASSED
+
+            if report.failed:
+                del self.explored[report.nodeid]
+            elif self.explored[report.nodeid] == REPLAY_CALL_PASSED:
+                self.explored[report.nodeid] = REPLAY_PASSED
 
     def _explorer(
         self, item: pytest.Function, run: Run, test: Callable[..., Any], backend: str
