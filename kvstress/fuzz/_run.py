@@ -266,8 +266,9 @@ def blocks_at(mix: Sequence[str], index: int, target: FuzzTarget) -> int:
         return target.num_blocks
     # Counted over the search strategies' slices alone (the history's, last in each pass, never
     # takes the turn): the n-th of them after the first pass.
-    cycle = len([s for s in mix if s not in ONCE])
-    passes, at = divmod(index - len(mix), len(_cycle(mix)))
+    turns = _cycle(mix)
+    cycle = len([s for s in turns if s != "history"])
+    passes, at = divmod(index - len(mix), len(turns))
     n = passes * cycle + at
     if (n + n // cycle) % WIDER_EVERY != 1:
         return target.num_blocks
