@@ -418,6 +418,32 @@ def test_thread_blocked_on_a_real_lock_is_reported_stuck() -> None:
     assert threading is REAL_THREADING
 
 
+def test_a_thread_its_run_left_unfinished_is_joined_at_once_after_the_run() -> None:
+    """A thread parked when its run was abandoned (a StuckThread beside it) is never run again.
+    Joining it after the run returns at once: ``concurrent.futures`` joins its workers at exit,
+    and a blind user's session printed "joining decode_0 outside a controlled thread would wait
+    forever" as an ignored exception after the finding."""
+    gate = _thread.allocate_lock()
+    gate.acquire()
+    made: list[Any] = []
+
+    def main() -> None:
+        event = _coop.Event()
+        parked = _coop.Thread(target=event.wait, name="parked")
+        parked.start()
+        made.append(parked)
+        spawn(gate.acquire, name="blocked").join()  # a real lock: the run is abandoned here
+
+    try:
+        with pytest.raises(StuckThread):
+            run(main, stall_timeout=0.3)
+        made[0].join()  # returns: before, RuntimeError
+        assert made[0].is_alive()
+    finally:
+        gate.release()
+        _join_abandoned_threads()
+
+
 def test_ctrl_c_in_the_supervisor_unwinds_every_controlled_thread() -> None:
     """KeyboardInterrupt while threads run: they unwind before run_threads re-raises it, so none is
     left running pool (or torch) code when the interpreter exits."""

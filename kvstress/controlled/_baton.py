@@ -171,7 +171,8 @@ class ControlledThread:
 
     __slots__ = (
         "_wake", "aborted", "daemon", "deadline", "error", "excused", "finished", "holding", "ident",
-        "name", "ready_since", "result", "started_by_code", "target", "tid", "timed_out", "waiting",
+        "left", "name", "ready_since", "result", "started_by_code", "target", "tid", "timed_out",
+        "waiting",
     )  # fmt: skip
 
     def __init__(self, tid: int, name: str, target: Callable[[], Any], daemon: bool = False) -> None:
@@ -190,6 +191,9 @@ class ControlledThread:
         self.ready_since: float | None = None
         self.finished = False
         self.aborted = False
+        # Its run ended with it unfinished (abandoned beside a stuck thread, or parked when the
+        # run was cut short): no one will ever run it again.
+        self.left = False
         self.holding = 0  # harness locks held (``HarnessLock``): no switch meanwhile
         self.result: Any = None
         self.error: BaseException | None = None
@@ -399,6 +403,8 @@ class ThreadController:
                 gc.callbacks.remove(_collecting)
             with _ACTIVE_LOCK:
                 _ACTIVE = None
+            for thread in self.threads:
+                thread.left = not thread.finished
         if self.failure is not None:
             raise self.failure
         return first.result

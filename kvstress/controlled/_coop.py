@@ -644,7 +644,11 @@ class Thread:
 def _join(thread: ControlledThread, timeout: float | None) -> None:
     controller, me = _here()
     if controller is None or me is None:
-        if not thread.finished:
+        # A thread its run left unfinished (that run's finding says why) is never run again:
+        # a join returns at once, as for a daemon at exit (``concurrent.futures`` joins its
+        # workers at exit, and a traceback there was noise after the finding). One of a run
+        # still in progress would wait forever.
+        if not thread.finished and not thread.left:
             raise RuntimeError(f"joining {thread.name} outside a controlled thread would wait forever")
         return
     controller.yield_point()
