@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -703,9 +704,10 @@ def test_datetime_now_moves_with_virtual_time() -> None:
     assert type(datetime.datetime.now()) is datetime.datetime  # outside a run: the real one
 
 
-def test_a_long_schedule_is_printed_whole_once() -> None:
+def test_a_long_schedule_is_printed_whole_once(tmp_path: Path) -> None:
     """A long run's schedule (kilobytes) is cut on the ``schedule:`` line and whole in the replay
-    call, which replays it: the note does not carry it twice."""
+    call, which replays it: the note does not carry it twice. ``replay="@path"`` replays the
+    schedule a file holds, as ``--kvstress-replay=@path`` does."""
 
     async def chatty() -> None:
         async def talk(who: int) -> int:
@@ -729,6 +731,14 @@ def test_a_long_schedule_is_printed_whole_once() -> None:
     assert note.count(whole.group(1)[1:-1]) == 1
     with pytest.raises(AssertionError, match="talker 1"):
         explore(chatty, replay=whole.group(1)[1:-1])
+    held = tmp_path / "long.ks1"
+    held.write_text(whole.group(1)[1:-1] + "\n")
+    with pytest.raises(AssertionError, match="talker 1"):
+        explore(chatty, replay=f"@{held}")
+    with pytest.raises(
+        ValueError, match=r"^replay: cannot read the schedule file '.*missing.ks1': No such file"
+    ):
+        explore(chatty, replay=f"@{tmp_path / 'missing.ks1'}")
 
 
 def test_a_replay_that_leaves_its_schedule_is_tried_again() -> None:

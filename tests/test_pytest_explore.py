@@ -241,6 +241,62 @@ def test_a_bad_replay_string_is_a_usage_error(pytester: pytest.Pytester) -> None
     )
 
 
+LONG_RUN = """
+import asyncio
+
+import pytest
+
+
+@pytest.mark.kvstress_explore(schedules=200, strategy="random", seed=1)
+async def test_chatty():
+    async def talk(who):
+        for _ in range(3000):
+            await asyncio.sleep(0)
+        return who
+
+    talkers = {asyncio.ensure_future(talk(who)) for who in range(3)}
+    first = await asyncio.wait(talkers, return_when=asyncio.FIRST_COMPLETED)
+    assert next(iter(first[0])).result() == 0, "another talker finished first"
+"""
+
+
+def test_a_long_schedule_goes_into_a_file_the_replay_line_names(pytester: pytest.Pytester) -> None:
+    """A long run's schedule (tens of kilobytes: one terminal line a blind team found hard to
+    take) is written beside the reports, and the replay line names the file; the line replays
+    it. The JUnit property keeps the schedule whole."""
+    pytester.makeini(INI)
+    pytester.makepyfile(test_long=LONG_RUN)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml=junit.xml")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    line = next(text for text in out.splitlines() if "replay:   pytest" in text)
+    found = re.search(r"--kvstress-replay=@(\S+) test_long.py::test_chatty$", line)
+    assert found is not None, line
+    assert len(line) < 200 and "characters: whole in the file the replay line names" in out
+    schedule = (pytester.path / found.group(1)).read_text().strip()
+    assert schedule.startswith("ks1:") and len(schedule) > 2_000
+    case = next(ET.parse(pytester.path / "junit.xml").getroot().iter("testcase"))
+    properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert properties["kvstress_schedule"] == schedule
+    again = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--kvstress-replay=@{found.group(1)}", "test_long.py::test_chatty"
+    )
+    again.assert_outcomes(failed=1)
+    assert "AssertionError: another talker finished first" in again.stdout.str()
+    assert "kvstress: the replayed schedule failed" in again.stdout.str()
+
+
+def test_a_replay_file_that_cannot_be_read_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """``--kvstress-replay=@missing.ks1``: one line (exit 4), naming the file."""
+    _suite(pytester)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kvstress-replay=@missing.ks1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert (
+        "--kvstress-replay: cannot read the schedule file 'missing.ks1': No such file or directory"
+        in result.stderr.str()
+    )
+
+
 def test_a_replay_with_several_explored_tests_selected_is_a_usage_error(pytester: pytest.Pytester) -> None:
     """A schedule is one test's: with several marked tests selected, each other one ran it and
     failed with a divergence of its own; with none, nothing was replayed and the run passed.

@@ -12,7 +12,7 @@ import functools
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kvstress._violation import InvariantViolation
 from kvstress.explorer._run import MisusedExplore, Outcome, check_backend, is_async, search
@@ -148,8 +148,16 @@ LONG_SCHEDULE = 400
 """A schedule longer than this (characters) is shown cut on the ``schedule:`` line."""
 
 
+class ReplayHint(Protocol):
+    """A replay command with the schedule still to put in: a format string whose ``{}`` (or
+    ``{!r}``) takes it, or an object whose ``format`` may put a long one in a file
+    (the pytest plugin's ``ReplayLine``)."""
+
+    def format(self, schedule: str, /) -> str: ...
+
+
 def failure_note(
-    outcome: Outcome, strategy: str, seed: int, limit: int, replay_hint: str, what: str = "failed"
+    outcome: Outcome, strategy: str, seed: int, limit: int, replay_hint: ReplayHint, what: str = "failed"
 ) -> str:
     """The lines added to a failure: which schedule failed, its seed, and how to replay it.
 
@@ -164,15 +172,15 @@ def failure_note(
             f"kvstress: schedule {outcome.runs} of at most {limit} {what} (strategy {strategy!r}, "
             f"seed {seed}; seed={seed} in the marker or the call repeats the search)"
         )
+    line = replay_hint.format(schedule)
     shown = schedule
     if len(schedule) > LONG_SCHEDULE:  # a long run's schedule is kilobytes: printed whole once
-        shown = (
-            f"{schedule[: LONG_SCHEDULE // 4]}... ({len(schedule):,} characters: whole in the replay line)"
-        )
-    return f"{head}\n  schedule: {shown}\n  replay:   {replay_hint.format(schedule)}"
+        where = "the replay line" if schedule in line else "the file the replay line names"
+        shown = f"{schedule[: LONG_SCHEDULE // 4]}... ({len(schedule):,} characters: whole in {where})"
+    return f"{head}\n  schedule: {shown}\n  replay:   {line}"
 
 
-def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay_hint: str) -> None:
+def raise_failure(outcome: Outcome, strategy: str, seed: int, limit: int, replay_hint: ReplayHint) -> None:
     """Re-raise ``outcome.failure`` as itself, with ``failure_note`` added to it."""
     failure = outcome.failure
     if failure is None:

@@ -88,13 +88,26 @@ REPLAY_TRIES = 20
 """How many times a replay is tried while its tries leave the schedule (work in real threads)."""
 
 
+def read_schedule_file(path: str, name: str = "replay") -> str:
+    """The schedule held in the file at ``path`` (``@path``: a long run's schedule, written
+    beside the reports); ValueError naming ``name`` where it cannot be read."""
+    try:
+        with open(path, encoding="ascii") as file:
+            return file.read().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
+        raise ValueError(f"{name}: cannot read the schedule file {path!r}: {reason}") from None
+
+
 def replay_scheduler(schedule: object, name: str = "replay") -> ReplayScheduler:
-    """A scheduler that replays ``schedule`` (its ``ks1:`` text), up to ``REPLAY_TRIES`` times
-    while each try diverges; ValueError naming ``name``."""
+    """A scheduler that replays ``schedule`` (its ``ks1:`` text, or ``@path``: a file holding
+    it), up to ``REPLAY_TRIES`` times while each try diverges; ValueError naming ``name``."""
     if not isinstance(schedule, str):
         raise ValueError(
             f"{name} must be a 'ks1:...' schedule string, got {schedule!r} ({type(schedule).__name__})"
         )
+    if schedule.startswith("@"):
+        schedule = read_schedule_file(schedule[1:], name)
     try:
         return ReplayScheduler(schedule, REPLAY_TRIES)
     except ValueError as error:

@@ -18,7 +18,9 @@ protocol instead, the swapped-in function runs every schedule on fixtures set up
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import hashlib
 import inspect
 import os
 import re
@@ -35,6 +37,7 @@ from typing import Any, Literal
 
 import pytest
 
+from kvstress.pytest_plugin._options import _report_dir
 from kvstress.pytest_plugin._protocol import RUN, SECTION, Run, run_schedules
 from kvstress.pytest_plugin._seeds import seed_for
 
@@ -636,7 +639,7 @@ def _wants_our_loop(metafunc: pytest.Metafunc) -> bool:
     return scope == "function"
 
 
-def _failure_properties(item: pytest.Function, outcome: Any, hint: str) -> None:
+def _failure_properties(item: pytest.Function, outcome: Any, hint: ReplayLine) -> None:
     """A failing schedule's JUnit properties, for a CI that reads them: ``kvstress_schedule``,
     ``kvstress_replay`` and, for a violation, ``kvstress_invariant`` (a blind user's parser found
     them only in the failure's text)."""
@@ -676,20 +679,65 @@ def _fail_outside_phases(item: pytest.Function, nextitem: pytest.Item | None, st
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
-def _replay_hint(item: pytest.Function) -> str:
-    """The replay command for ``item``, its ``{}`` taking the schedule; the node id quoted for a
-    shell where it needs it (a parametrize id: brackets, which zsh takes as a glob, a space, a
-    quote, a ``;``)."""
+LONG_REPLAY = 2_000
+"""A schedule longer than this (characters) goes into a file, and the replay line names the
+file (``--kvstress-replay=@path``): a long run's schedule is tens of kilobytes, one terminal
+line a blind team found hard to take."""
+
+
+class ReplayLine:
+    """The replay command of one test; ``format(schedule)`` gives it. A schedule longer than
+    ``LONG_REPLAY`` is written into the report directory (``replay-<test>-<digest>.ks1``) and
+    the command names the file; where it cannot be written, the command holds it whole."""
+
+    def __init__(self, template: str, directory: Path | None, test: str, here: Path | None) -> None:
+        self.template = template  # its ``{}`` takes the schedule (or ``@file``)
+        self._directory = directory
+        self._test = test
+        self._here = here
+
+    def format(self, schedule: str, /) -> str:
+        return self.template.format(self._argument(schedule))
+
+    def _argument(self, schedule: str) -> str:
+        if len(schedule) <= LONG_REPLAY or self._directory is None:
+            return schedule
+        digest = hashlib.sha256(schedule.encode()).hexdigest()[:12]
+        stem = re.sub(r"[^\w.-]+", "_", self._test).strip("_")[-80:] or "test"
+        path = self._directory / f"replay-{stem}-{digest}.ks1"
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            path.write_text(schedule + "\n", encoding="ascii")
+        except (OSError, UnicodeEncodeError):
+            return schedule
+        shown = str(path)
+        if self._here is not None:
+            with contextlib.suppress(ValueError):
+                shown = os.path.relpath(path, self._here)
+        return "@" + (shown if _SHELL_SAFE.fullmatch(shown) else shlex.quote(shown))
+
+
+def _replay_hint(item: pytest.Function) -> ReplayLine:
+    """The replay command for ``item`` (``ReplayLine``: its template's ``{}`` takes the
+    schedule); the node id quoted for a shell where it needs it (a parametrize id: brackets,
+    which zsh takes as a glob, a space, a quote, a ``;``)."""
     nodeid = _from_invocation(item)
-    nodeid = nodeid if _SHELL_SAFE.fullmatch(nodeid) else shlex.quote(nodeid)
-    hint = "pytest --kvstress-replay={} " + nodeid.replace("{", "{{").replace("}", "}}")
+    quoted = nodeid if _SHELL_SAFE.fullmatch(nodeid) else shlex.quote(nodeid)
+    hint = "pytest --kvstress-replay={} " + quoted.replace("{", "{{").replace("}", "}}")
     params = getattr(getattr(item, "callspec", None), "params", {})
-    count = getattr(getattr(getattr(item, "config", None), "option", None), "count", None)
+    config = getattr(item, "config", None)
+    count = getattr(getattr(config, "option", None), "count", None)
     if REPEATED in params and isinstance(count, int) and count > 1:
         # pytest-repeat's copy ``test[2-3]`` exists only with its --count (a blind team's
         # replay line ran nothing: "not found")
         hint += f" --count {count}"
-    return hint
+    directory = here = None
+    if config is not None:
+        with contextlib.suppress(Exception):  # a config without our options: no file
+            directory = _report_dir(config)
+        with contextlib.suppress(Exception):
+            here = Path(config.invocation_params.dir)
+    return ReplayLine(hint, directory, nodeid, here)
 
 
 def _from_invocation(item: pytest.Function) -> str:
