@@ -893,3 +893,38 @@ def test_a_partial_is_named_as_one_in_the_replay_line() -> None:
         kvstress.explore(functools.partial(scenario, 1), schedules=2, seed=0)
     notes = "\n".join(getattr(failed.value, "__notes__", []))
     assert "kvstress.explore(functools.partial(" in notes and "scenario, ...), replay='ks1:" in notes
+
+
+def test_a_failure_after_time_stood_still_long_says_why() -> None:
+    """An engine loop that never sleeps between its rounds keeps virtual time still: a client's
+    timeout never fires, and the loop's own step guard fails the test. The failure says time
+    stood still, and for how many steps (a blind team's guard failed with no hint of it); a
+    failure a few steps in says nothing of it."""
+
+    async def engine_never_sleeps() -> None:
+        served = asyncio.Event()
+
+        async def engine() -> None:
+            for _ in range(5_000):
+                await asyncio.sleep(0)  # a round with nothing to do: no time passes
+            raise RuntimeError("engine ran 5000 rounds")
+
+        async def client() -> None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(served.wait(), 1.0)
+
+        await asyncio.gather(engine(), client())
+
+    with pytest.raises(RuntimeError, match="engine ran 5000 rounds") as caught:
+        explore(engine_never_sleeps, schedules=1, strategy="random", seed=0)
+    note = "\n".join(caught.value.__notes__)
+    assert re.search(r"virtual time had stood at 0 s for the last [\d,]+ steps", note), note
+    assert "asyncio.sleep" in note
+
+    async def fails_at_once() -> None:
+        await asyncio.sleep(0)
+        raise RuntimeError("at once")
+
+    with pytest.raises(RuntimeError, match="at once") as caught:
+        explore(fails_at_once, schedules=1, strategy="random", seed=0)
+    assert "virtual time had stood" not in "\n".join(caught.value.__notes__)

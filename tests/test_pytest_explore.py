@@ -999,3 +999,28 @@ def test_pytest_trio_tests_are_explored_on_trio(pytester: pytest.Pytester) -> No
     again.assert_outcomes(failed=1)
     assert "[double-release]" in again.stdout.str()
     assert "the replayed schedule failed" in again.stdout.str()
+
+
+def test_a_marked_test_whose_loop_never_sleeps_says_time_stood_still(pytester: pytest.Pytester) -> None:
+    """The note that virtual time stood still (``ControlledEventLoop.stood_still``) comes on a
+    marked pytest-asyncio test's failure too."""
+    pytester.makeini(INI)
+    pytester.makepyfile(
+        test_busy="""
+import asyncio
+
+import pytest
+
+
+@pytest.mark.kvstress_explore(schedules=3, strategy="random", seed=0)
+async def test_busy():
+    for _ in range(3_000):
+        await asyncio.sleep(0)
+    raise RuntimeError("guard: 3000 rounds")
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "RuntimeError: guard: 3000 rounds" in out
+    assert re.search(r"virtual time had stood at 0 s for the last [\d,]+ steps", out), out

@@ -577,6 +577,24 @@ class ControlledEventLoop(asyncio.SelectorEventLoop):
         if error is not None:
             raise error
 
+    def stood_still(self) -> str | None:
+        """A note for a failure raised after the loop ran more than ``CREEP_AFTER`` steps at one
+        instant of virtual time (None otherwise): time moves when every task waits, so a loop
+        that always has a task ready keeps it still, and a failure it leads to (a guard of the
+        code's own counting steps, a timeout that never fires) says nothing of why (a blind
+        team's engine loop, which never slept between its steps, under pct)."""
+        steps = self.max_steps - self._kv_budget
+        if steps <= CREEP_AFTER:
+            return None
+        return (
+            f"kvstress: virtual time had stood at {round(self._kv_now - self._kv_start, 9):g} s for "
+            f"the last {steps:,} steps of the controlled loop. It moves only when every task "
+            "waits (on a timer, an event, a lock, a queue): a task that is always ready (a loop "
+            "that never sleeps between its rounds) keeps it still, so timeouts do not fire, and a "
+            "strategy that favours one task (pct) can keep the others from running. An await of "
+            "a short asyncio.sleep in such a loop's idle round lets time move"
+        )
+
     @property
     def thread_watch(self) -> ThreadWatch:
         """The threads started since this loop was made (a reset worker), watched at idle."""
@@ -1228,8 +1246,21 @@ def run_controlled(
     """
     factory = controlled_loop_factory(scheduler, max_steps=max_steps, max_time=max_time)
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.get_loop()  # create the loop (and start the execution) before main() exists
-        return runner.run(main())
+        loop = runner.get_loop()  # create the loop (and start the execution) before main() exists
+        try:
+            return runner.run(main())
+        except Exception as error:
+            note_stood_still(loop, error)
+            raise
+
+
+def note_stood_still(loop: object, error: BaseException) -> None:
+    """Add ``ControlledEventLoop.stood_still``'s note to ``error``, where ``loop`` is a
+    controlled loop that stood still long (not to the step limit's own error, which says so)."""
+    stood = getattr(loop, "stood_still", None)
+    note = stood() if callable(stood) and not isinstance(error, StepLimitExceeded) else None
+    if isinstance(note, str):
+        error.add_note(note)
 
 
 def contended_step(loop: object) -> bool:

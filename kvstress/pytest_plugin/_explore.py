@@ -491,6 +491,7 @@ class ExploredTests:
         after its fixtures; a failure gets the note that replays the schedule."""
         __tracebackhide__ = True
         from kvstress.controlled import SchedulerMisbehaved
+        from kvstress.controlled._loop import note_stood_still
         from kvstress.explorer._explore import failure_note, raise_failure
         from kvstress.explorer._run import Outcome, diverged_again, note_tries, root_cause
         from kvstress.schedulers import ScheduleDivergence
@@ -522,6 +523,7 @@ class ExploredTests:
         except _FAILURES as failure:
             run.runs += 1
             run.done = True
+            note_stood_still(run.loop, failure)
             cause = root_cause(failure, run.audit_mark)
             note_tries(scheduler, cause)
             failed = Outcome(run.runs, exhausted=False, failure=cause, schedule=scheduler.schedule())
