@@ -1238,11 +1238,13 @@ def run_controlled(
     *,
     max_steps: int = DEFAULT_MAX_STEPS,
     max_time: float | None = None,
+    note_still: bool = False,
 ) -> T:
     """Run ``main()`` as one execution of ``scheduler`` with ``asyncio.Runner``; return its result.
 
     Raises what ``main`` raises, or ``SchedulerExhausted`` when the scheduler has no execution
-    left (then ``main`` is never called).
+    left (then ``main`` is never called). ``note_still``: an error raised after the loop stood
+    still long gets ``note_stood_still``'s note (an explored test's failure).
     """
     factory = controlled_loop_factory(scheduler, max_steps=max_steps, max_time=max_time)
     with asyncio.Runner(loop_factory=factory) as runner:
@@ -1250,7 +1252,8 @@ def run_controlled(
         try:
             return runner.run(main())
         except Exception as error:
-            note_stood_still(loop, error)
+            if note_still:
+                note_stood_still(loop, error)
             raise
 
 

@@ -174,7 +174,7 @@ def search(
         if check_backend(backend) == "trio":
             run: Callable[[], object] = lambda: _trio_once(fn, scheduler, trio_clock, trio_instruments)  # noqa: E731
         else:
-            run = lambda: run_controlled(fn, scheduler, max_time=MAX_TIME_S)  # noqa: E731
+            run = lambda: run_controlled(fn, scheduler, max_time=MAX_TIME_S, note_still=True)  # noqa: E731
         clocked = loop_modules(fn, modules)
 
         def once() -> object:
