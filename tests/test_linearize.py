@@ -128,6 +128,18 @@ def test_none_while_another_block_sat_free_is_a_violation() -> None:
     assert (result.status, result.block, result.witness) == ("violation", None, (empty,))
 
 
+def test_a_batch_try_once_refused_beside_a_free_block_is_named_as_called() -> None:
+    """The refused call is named as it was made: ``acquire_many`` (a blind user read "acquire
+    returned None" for an ``acquire_many(n=1, timeout=0)``)."""
+    h = History()
+    h.acquire("w0", 0, 1, 0)
+    empty = h.add("w1", "acquire_many", {"n": 1, "timeout": 0.0}, 2, 3, None, "info")
+    result = h.check(2)
+    assert (result.status, result.witness) == ("violation", (empty,))
+    said = "acquire_many returned None, but at every instant of its call some block was FREE"
+    assert said in result.message
+
+
 def test_none_while_the_pool_was_empty_at_one_instant_is_ok() -> None:
     """acquire answering None is ok when every block was held at some instant of its call."""
     h = History()

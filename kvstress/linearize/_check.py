@@ -308,7 +308,8 @@ class _Checker:
         witness = self.coupling.free_proof(empty)
         if shrink and not self._confirms(witness):
             witness = tuple(sorted(op.index for op in self.history))  # the whole history is the proof
-        why = "acquire returned None, but at every instant of its call some block was FREE"
+        call = next((op.name for op in self.history if op.index == empty.index), "acquire")
+        why = f"{call} returned None, but at every instant of its call some block was FREE"
         return LinearizabilityResult("violation", None, self._describe(why, witness), witness)
 
     def _shortage_violation(self, blocks: tuple[int, ...], shrink: bool) -> LinearizabilityResult:
