@@ -85,6 +85,7 @@ def test_replay_reproduces_exactly(found: tuple[subprocess.CompletedProcess[str]
     assert done.returncode == 1, done.stderr
     assert done.stdout.splitlines()[0] == "reproduced: dirty-read"
     assert "violation: [dirty-read]" in done.stdout and "interleaving:" in done.stdout
+    assert done.stdout.splitlines()[-1] == "verdict: reproduced: dirty-read"  # for ``| tail``
     quiet = kvstress("replay", "--quiet", str(report), cwd=cwd)
     assert quiet.returncode == 1 and quiet.stdout.splitlines() == ["reproduced: dirty-read"]
 
@@ -518,6 +519,7 @@ def test_a_replay_beside_a_fixed_module_imports_the_fix(
     done = _without_pythonpath([str(script), "replay", "--quiet", str(report)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("not reproduced: dirty-read"), done.stdout
+    assert len(done.stdout.splitlines()) > 1, done.stdout  # --quiet says why it did not recur too
 
 
 CHANGED_BUT_BUGGY = """

@@ -1,7 +1,8 @@
 """``kvstress replay REPORT.json``: run the recorded failure again.
 
 Exit 1 and ``reproduced: <invariant>`` when it recurs; exit 0 when it does not (and why); exit 2
-for a file that is not a readable kvstress report.
+for a file that is not a readable kvstress report. The verdict comes first and, after the
+report's summary, again last (``verdict: ...``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
         "--tries", type=int, default=10, help="re-runs of a failure that cannot replay exactly (%(default)s)"
     )
     parser.add_argument(
-        "--quiet", action="store_true", help="only the verdict line, without the summary and interleaving"
+        "--quiet",
+        action="store_true",
+        help="only the verdict line (and, where it did not recur, why), without the summary and interleaving",
     )
     parser.set_defaults(run=run)
 
@@ -41,12 +44,14 @@ def run(args: argparse.Namespace) -> int:
     except (ReportError, TargetError) as error:
         raise UsageError(str(error)) from None
     rate = f" ({outcome.hits}/{outcome.tries} tries)" if outcome.tries > 1 else ""
-    print(f"{'reproduced' if outcome.reproduced else 'not reproduced'}: {outcome.invariant}{rate}")
+    verdict = f"{'reproduced' if outcome.reproduced else 'not reproduced'}: {outcome.invariant}{rate}"
+    print(verdict)
+    if outcome.note and (not args.quiet or not outcome.reproduced):
+        print(outcome.note)  # why it did not recur: what the replay searched
     if args.quiet:
         return 1 if outcome.reproduced else 0
-    if outcome.note:
-        print(outcome.note)
     _summary(report)
+    print(f"verdict: {verdict}")  # again last: output read through ``tail`` keeps it
     return 1 if outcome.reproduced else 0
 
 
