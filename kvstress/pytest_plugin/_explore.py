@@ -739,7 +739,7 @@ def _replay_hint(item: pytest.Function) -> ReplayLine:
             directory = _report_dir(config)
         with contextlib.suppress(Exception):
             here = Path(config.invocation_params.dir)
-    return ReplayLine(hint, directory, nodeid, here)
+    return ReplayLine(hint, directory, item.nodeid, here)  # the file named as the rootdir names the test
 
 
 def _from_invocation(item: pytest.Function) -> str:
