@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import pytest
 
-from kvstress.pytest_plugin._options import _report_dir
+from kvstress.pytest_plugin._options import configured_report_dir
 from kvstress.pytest_plugin._protocol import RUN, SECTION, Run, run_schedules
 from kvstress.pytest_plugin._seeds import seed_for
 
@@ -736,7 +736,7 @@ def _replay_hint(item: pytest.Function) -> ReplayLine:
     directory = here = None
     if config is not None:
         with contextlib.suppress(Exception):  # a config without our options: no file
-            directory = _report_dir(config)
+            directory = configured_report_dir(config)
         with contextlib.suppress(Exception):
             here = Path(config.invocation_params.dir)
     return ReplayLine(hint, directory, item.nodeid, here)  # the file named as the rootdir names the test

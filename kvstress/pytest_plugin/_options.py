@@ -93,7 +93,7 @@ def read_settings(config: pytest.Config, inherited_seed: int | None) -> Settings
         return Settings(
             budget_s=_budget(config),
             session_seed=_session_seed(config) if inherited_seed is None else inherited_seed,
-            report_dir=_report_dir(config),
+            report_dir=configured_report_dir(config),
             controlled_loop=bool(config.getini("kvstress_controlled_loop") if flag is None else flag),
         )
 
@@ -147,7 +147,9 @@ def _session_seed(config: pytest.Config) -> int:
     return check_seed(number, "ini kvstress_seed")
 
 
-def _report_dir(config: pytest.Config) -> Path:
+def configured_report_dir(config: pytest.Config) -> Path:
+    """``--kvstress-report-dir`` (or the ini's), absolute: relative to the rootdir. ValueError
+    for an empty one."""
     value = config.option.kvstress_report_dir
     text = str(config.getini("kvstress_report_dir") if value is None else value).strip()
     if not text:
