@@ -231,14 +231,24 @@ def test_marked_tests_fail_with_a_replayable_schedule_and_pass_with_a_count(
     assert "AssertionError: lost update" in again.stdout.str()
 
 
-def test_a_bad_replay_string_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    """--kvstress-replay with a string that is no schedule stops pytest with one line (exit 4)."""
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("ks1:zz!", "--kvstress-replay: schedule is corrupt: '!' is not a urlsafe base64 character"),
+        (
+            "@missing.ks1",
+            "--kvstress-replay: cannot read the schedule file 'missing.ks1': No such file or directory",
+        ),
+    ],
+    ids=["corrupt-string", "unreadable-file"],
+)
+def test_a_bad_replay_is_a_usage_error(pytester: pytest.Pytester, given: str, said: str) -> None:
+    """--kvstress-replay with a string that is no schedule, or naming a file (``@path``) that
+    cannot be read, stops pytest with one line (exit 4) that says which."""
     _suite(pytester)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kvstress-replay=ks1:zz!")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--kvstress-replay={given}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert (
-        "--kvstress-replay: schedule is corrupt: '!' is not a urlsafe base64 character" in result.stderr.str()
-    )
+    assert said in result.stderr.str()
 
 
 LONG_RUN = """
@@ -284,17 +294,6 @@ def test_a_long_schedule_goes_into_a_file_the_replay_line_names(pytester: pytest
     again.assert_outcomes(failed=1)
     assert "AssertionError: another talker finished first" in again.stdout.str()
     assert "kvstress: the replayed schedule failed" in again.stdout.str()
-
-
-def test_a_replay_file_that_cannot_be_read_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    """``--kvstress-replay=@missing.ks1``: one line (exit 4), naming the file."""
-    _suite(pytester)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kvstress-replay=@missing.ks1")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert (
-        "--kvstress-replay: cannot read the schedule file 'missing.ks1': No such file or directory"
-        in result.stderr.str()
-    )
 
 
 def test_a_replay_with_several_explored_tests_selected_is_a_usage_error(pytester: pytest.Pytester) -> None:
