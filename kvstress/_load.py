@@ -16,6 +16,12 @@ def load_factor() -> float:
     return max(1.0, load / (os.cpu_count() or 1))
 
 
+STARVED_CAP = 10.0
+"""How many times its bound of real time a wait that does not count the time a thread spent
+waiting for a core (``RunnableClock``, ``ThreadWatch.at_work_within``) lasts at most: a thread
+the OS starves for ever still ends the wait."""
+
+
 def schedstat(native_id: int) -> tuple[int, int] | None:
     """(nanoseconds on a CPU, nanoseconds runnable but waiting for a core) so far, of a thread of
     this process (Linux's ``/proc/self/task/<id>/schedstat``); None where the platform does not
@@ -48,6 +54,11 @@ class RunnableClock:
 
     def wall(self) -> float:
         return time.monotonic() - self._began
+
+    def past(self, bound: float) -> bool:
+        """Whether ``bound`` seconds of runnable time have gone by, or ``STARVED_CAP`` times
+        ``bound`` of wall time."""
+        return self.elapsed() >= bound or self.wall() >= bound * STARVED_CAP
 
     def elapsed(self) -> float:
         wall = self.wall()

@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
+from kvstress._load import STARVED_CAP as STARVED_CAP
 from kvstress._load import schedstat
 
 PARKED_STATES = frozenset(b"STtZXPI")
@@ -44,10 +45,6 @@ the interpreter lock, before it counts as parked: one waiting for the lock gets 
 loop's thread lets go, and runs. Short, because a thread that wakes more often than this (a
 housekeeping thread's poll) reads as at work, and the idle loop waits for it in real time until
 it is let be (``SUBMITTED_WAIT_S``)."""
-
-STARVED_CAP = 10.0
-"""How many times its limit of real time ``ThreadWatch.at_work_within`` waits at most for a
-thread at work that the OS keeps waiting for a core."""
 
 _TASKS = "/proc/self/task"
 
