@@ -128,6 +128,31 @@ def test_different_seeds_give_different_interleavings() -> None:
     assert len({repr(traced(seed)) for seed in range(10)}) > 5
 
 
+def test_seeds_reach_more_orders_than_the_prelude_s_states() -> None:
+    """Every seed steers its own run: four tasks checkpointing in step take more distinct orders
+    over 200 seeds than the prelude's ``PRELUDE_ORDERS`` starting states (which capped them at
+    64: every explored schedule of a trio test past the 64th was one seen before)."""
+
+    async def in_step(log: list[str]) -> None:
+        async def racer(name: str) -> None:
+            for _ in range(6):
+                log.append(name)
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            for index in range(4):
+                nursery.start_soon(racer, f"r{index}")
+
+    def order(seed: int) -> str:
+        log: list[str] = []
+        seeded_trio_run(in_step, log, seed=seed)
+        return "".join(log)
+
+    orders = {order(seed) for seed in range(200)}
+    assert len(orders) > 2 * controlled_trio.PRELUDE_ORDERS
+    assert order(77) == order(77)
+
+
 def test_same_seed_same_failure() -> None:
     """A seed that misses the handoff misses it on every rerun; a passing seed keeps passing."""
     outcomes = {seed: outcome(seed) for seed in range(20)}

@@ -413,6 +413,30 @@ def test_trio_lost_update_is_found_and_replays() -> None:
     assert explore(trio_lost_update(racy=False), schedules=30, seed=5, backend="trio").schedules == 30
 
 
+def test_on_trio_an_order_one_schedule_in_24_takes_is_found() -> None:
+    """Four tasks in step, and a failure only when they reach their fifth step in one order of
+    the 24: each schedule's seed steers its own batch orders, so 300 schedules find it (every
+    schedule past the 64th had repeated one already, and none of them had it)."""
+    import trio
+
+    async def in_step() -> None:
+        log: list[str] = []
+
+        async def racer(name: str) -> None:
+            for step in range(6):
+                await trio.lowlevel.checkpoint()
+                if step == 4:
+                    log.append(name)
+
+        async with trio.open_nursery() as nursery:
+            for index in range(4):
+                nursery.start_soon(racer, f"r{index}")
+        assert log != ["r3", "r1", "r2", "r0"], "the one order"
+
+    with pytest.raises(AssertionError, match="the one order"):
+        explore(in_step, schedules=300, strategy="random", seed=0, backend="trio")
+
+
 def test_a_schedule_that_never_ends_is_a_finding_not_a_hang() -> None:
     """A task that waits for ever while a watchdog's timer keeps firing: virtual time moves, so
     no instant runs out of steps; the schedule ends at an hour of virtual time, a finding with

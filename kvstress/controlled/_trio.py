@@ -9,12 +9,18 @@ trio run inside a Hypothesis test is a function of what it does.
 
 ``seeded_trio_run`` runs trio inside a one-example Hypothesis test (or as it is, when a
 Hypothesis test is running already: that one seeded the RNG), on ``MockClock(
-autojump_threshold=0)`` (virtual time that jumps as soon as every task is blocked), and begins
-with a prelude that makes ``seed`` count: two tasks checkpoint together ``seed % PRELUDE_ORDERS``
-times, each time a batch that trio orders with its RNG, so the run proper starts from one of
-``PRELUDE_ORDERS`` RNG states. Same seed, same interleaving, same failure. That is all: there is
-no per-step choice, so no PCT, no bounded search, no schedule string beyond the seed, and only
-orders within a batch are reachable. Real I/O, threads and the wall clock stay uncontrolled.
+autojump_threshold=0)`` (virtual time that jumps as soon as every task is blocked). Hypothesis
+seeds the RNG the same way for every run, so ``seed`` has to steer it from there. A prelude
+picks the state the run starts from (two tasks checkpoint together ``seed % PRELUDE_ORDERS``
+times, each time a batch that trio orders with its RNG); then a task of kvstress's own
+(``Steering``) that does nothing joins a batch of runnable tasks or stays out, batch by batch,
+as the seed draws. trio shuffles each batch with its RNG, one draw per task, so a batch with
+the extra task consumes one draw more and every order after it comes out of another part of
+the RNG's stream: each seed gives its own sequence of batch orders (the prelude alone gave
+``PRELUDE_ORDERS`` runs in all, and an explored test's schedules past them repeated). Same
+seed, same interleaving, same failure. That is all: there is no per-step choice, so no PCT, no
+bounded search, no schedule string beyond the seed, and only orders within a batch are
+reachable. Real I/O, threads and the wall clock stay uncontrolled.
 
 Whether runs are in fact repeatable is checked once per process, by running a small race twice
 (a trio release that stopped registering its RNG, or ``HYPOTHESIS_NO_PLUGINS``, would make them
@@ -53,8 +59,14 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 PRELUDE_ORDERS = 64
-"""How many scheduling-RNG states a seed picks from: the prelude takes ``seed % PRELUDE_ORDERS``
-rounds of two checkpointing tasks (a few microseconds each)."""
+"""How many scheduling-RNG states a seed starts the run from: a prelude takes ``seed %
+PRELUDE_ORDERS`` rounds of two checkpointing tasks (a few microseconds each) before the run."""
+
+STEER_NAME = "<kvstress steer>"
+"""The name of ``Steering``'s task: a name in angle brackets, as trio's own system tasks have,
+so that what counts a run's steps or looks for its tasks at work passes it by."""
+
+_STEER = 0x73_7465_6572  # mixed into the run's seed for the steering draws
 
 _repeatable: bool | None = None  # None: not probed yet in this process
 
@@ -77,6 +89,8 @@ class MovingTime(trio.abc.Instrument):
         self._steps = 0  # steps at it
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == STEER_NAME:
+            return  # kvstress's own: no step of the code's
         now = self.clock.current_time()
         if now != self._at:
             self._at, self._steps = now, 0
@@ -314,6 +328,50 @@ class ThreadGates(trio.abc.Instrument):
             return
 
 
+class Steering(trio.abc.Instrument):
+    """Makes a run's ``seed`` pick its batch orders (the module's docstring): before a batch of
+    two or more tasks made runnable (whose order trio draws), its task (``STEER_NAME``: it only
+    parks again) is made runnable too, or not, as the seed draws; a batch of one has no order to
+    draw, and is left alone (an extra step there costs and buys nothing). It never keeps the run
+    busy: the run goes idle, and its clock jumps, as it would without. Put it last among the
+    run's instruments, so that tasks other instruments wake between batches count."""
+
+    def __init__(self, seed: int) -> None:
+        self._seed = seed
+        self._draw = random.Random(seed ^ _STEER)
+        self.task: trio.lowlevel.Task | None = None
+        self._parked = False
+        self._scheduled = 0  # tasks made runnable since the last look
+
+    def before_run(self) -> None:
+        self._draw = random.Random(self._seed ^ _STEER)  # the same draws in every run of the seed
+        self.task, self._parked, self._scheduled = None, False, 0
+
+    async def park(self) -> None:
+        """The steering task's body: park, for the whole run (cancelled as the run ends)."""
+        self.task = trio.lowlevel.current_task()
+        while True:
+            self._parked = True  # it parks below, within this step
+            await trio.lowlevel.wait_task_rescheduled(_abort_succeeds)
+
+    def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self._parked = False  # by this instrument, or by the cancellation that ends the run
+        else:
+            self._scheduled += 1
+
+    def before_io_wait(self, timeout: float) -> None:
+        scheduled, self._scheduled = self._scheduled, 0
+        if scheduled < 2 or timeout > 0 or not self._parked or self.task is None:
+            return  # no order at stake, or nothing runnable: the run may be going idle
+        if self._draw.random() < 0.5:
+            trio.lowlevel.reschedule(self.task)
+
+
+def _abort_succeeds(_: object) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.SUCCEEDED
+
+
 def _nothing() -> None:
     """Posted to wake a trio run (``ThreadGates.before_io_wait``)."""
 
@@ -346,11 +404,13 @@ def seeded_trio_run(
     if clock is None:
         clock = trio.testing.MockClock(autojump_threshold=0)
         instruments = (*instruments, MovingTime(clock))
-    instruments = (*instruments, ThreadGates(clock, seed))
-    rounds = seed % PRELUDE_ORDERS
+    steering = Steering(seed)
+    instruments = (*instruments, ThreadGates(clock, seed), steering)
 
     async def main() -> T:
-        await _prelude(rounds)
+        trio.lowlevel.spawn_system_task(steering.park, name=STEER_NAME)
+        await trio.lowlevel.checkpoint()  # the steering task parks: it can join the first batch
+        await _prelude(seed % PRELUDE_ORDERS)
         return await async_fn(*args)
 
     named_like(main, async_fn)
