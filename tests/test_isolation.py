@@ -94,6 +94,41 @@ def test_a_pool_that_kills_its_process_is_a_crash_report_that_replays(
     assert replayed.reproduced and replayed.invariant == f"crash ({death})"
 
 
+def test_a_crash_replay_beside_the_fixed_module_runs_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay's child imports what the replay would: a module of the pool's name in the
+    current directory before the report's ``pool_path``. The child got the parent's path less
+    the current directory, ``pool_path`` on it, and put the current directory after: it ran the
+    report's old module and said "reproduced: crash" beside the fix (a blind user's)."""
+    status, report = _fuzz(tmp_path / "reports", "SysExitPool", "--budget", "5")
+    assert status == 1 and report["invariant"] == "crash" and "stream" in report["config"]  # type: ignore[operator]
+    assert report["pool_path"] == str(TESTS.resolve())
+    fix = tmp_path / "fix"
+    (fix / "pools").mkdir(parents=True)
+    (fix / "pools" / "__init__.py").write_text("")
+    (fix / "pools" / "crashing.py").write_text(
+        "from kvstress import ThreadedBlockPool\n\n\nclass SysExitPool(ThreadedBlockPool):\n"
+        '    """The fix: it never raises SystemExit."""\n'
+    )
+    # As in a replay's own process: the report's folder not on the path, nothing of it imported.
+    monkeypatch.setattr(
+        sys, "path", [entry for entry in sys.path if Path(entry or ".").resolve() != TESTS.resolve()]
+    )
+    ours = {name: module for name, module in sys.modules.items() if name.partition(".")[0] == "pools"}
+    for name in ours:
+        del sys.modules[name]
+    monkeypatch.chdir(fix)
+    try:
+        replayed = replay_report(report)
+    finally:  # the fix's modules go, the suite's come back
+        for name in [name for name in sys.modules if name.partition(".")[0] == "pools"]:
+            del sys.modules[name]
+        sys.modules.update(ours)
+    assert not replayed.reproduced, replayed
+    assert replayed.note.endswith("found nothing"), replayed
+
+
 @pytest.mark.parametrize("pool", ["SysExitPool", "InterruptPool"])
 def test_a_base_exception_from_the_pool_is_a_finding_not_the_end(pool: str, tmp_path: Path) -> None:
     """SystemExit, or a KeyboardInterrupt no Ctrl-C caused, raised in a pool call: a crash

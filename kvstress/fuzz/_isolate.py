@@ -121,6 +121,9 @@ class Job:
     mode: str = "unknown"  # threads or async, once a child has loaded the pool
     memory_limit: int | None = None
     refuse_trio_threads: bool = False  # a threaded pool on an explicit trio backend is refused
+    # A folder to import the pool from after the current directory (a replay's ``pool_path``):
+    # kept off the child's path as it starts, appended after the current directory once it runs.
+    after_cwd: str = ""
 
     @classmethod
     def of(
@@ -220,7 +223,7 @@ def supervise(
     loaded: dict[str, str] = {}  # "mode" once a child loaded the pool, "refused" if it could not
     death: Death | None = None
     interrupted = False
-    _start_clear_of_cwd(children)
+    _start_clear_of_cwd(children, job.after_cwd)
     try:
         while len(results) < len(children) and death is None and "refused" not in loaded:
             _drain(events, results, progress, on_progress, len(children), wait=0.1, loaded=loaded)
@@ -556,7 +559,12 @@ def _child(
         with contextlib.suppress(Exception):  # no events file is no reason to stop fuzzing
             configure(job.report_dir, console=False)
     from kvstress.fuzz._run import fuzz
-    from kvstress.fuzz._target import TargetError, load_target
+    from kvstress.fuzz._target import TargetError, load_target, make_cwd_importable
+
+    if job.after_cwd:  # a module of the pool's name in the current directory (a fix) comes first
+        make_cwd_importable()
+        if job.after_cwd not in sys.path:
+            sys.path.append(job.after_cwd)
 
     # The pool's code runs here only, never in the supervisor: its module's import and the one
     # pool built to check the protocol may end the process too (a constructor that segfaults,
@@ -628,15 +636,19 @@ def _exit_now() -> NoReturn:
     os._exit(0)
 
 
-def _start_clear_of_cwd(processes: list[Any]) -> None:
-    """Start ``processes`` with the parent's ``sys.path`` less the current directory.
+def _start_clear_of_cwd(processes: list[Any], after_cwd: str = "") -> None:
+    """Start ``processes`` with the parent's ``sys.path`` less the current directory (and less
+    ``after_cwd``, which each child appends after it: ``Job.after_cwd``).
 
     A spawned child imports kvstress before anything else; with the current directory on its
     path, a folder there named ``kvstress`` (a clone) would be imported as a namespace package
     instead of the installed one (an editable install's finder comes after the path). Each
     child appends the directory once kvstress is in (``load_target``), for the user's pool.
+    A replay's ``pool_path``, appended by the parent after the current directory, came before
+    it in the child: a crash replay ran the report's old module, not the fix beside the replay
+    (a blind user's).
     """
-    removed = cwd_entries()
+    removed = [*cwd_entries(), *([after_cwd] if after_cwd else [])]
     saved = list(sys.path)
     sys.path[:] = [entry for entry in sys.path if entry not in removed]
     # Children start ignoring SIGINT (the disposition survives exec), so a Ctrl-C while one is

@@ -177,7 +177,16 @@ def _replay_schedule(
             f"{_fuzz_again(report)})",
         )
     if clean == tries:
-        return ReplayOutcome(invariant, tries, 0, "the schedule ran clean: the pool no longer fails this way")
+        # Each try the same schedule: "(0/10 tries)" on an exact replay read as a rate of
+        # something random (a blind user's); say why it is run more than once.
+        return ReplayOutcome(
+            invariant,
+            tries,
+            0,
+            f"the recorded schedule ran clean in each of {tries} replays (run more than once, as a "
+            "pool's work in real threads may take another course each time): the pool no longer "
+            "fails this way",
+        )
     ran = f"{clean} clean, {diverged} off the schedule, {tries - clean - diverged} failing otherwise"
     return ReplayOutcome(invariant, tries, 0, f"{other} ({ran})")
 
@@ -278,6 +287,7 @@ def _replay_crash(report: Mapping[str, Any], config: Mapping[str, Any]) -> Repla
             # The run's own bound where the report has it; else fuzz's default, never none: a
             # crash of memory replayed unbounded took the machine's 23 GB and was OOM-killed.
             memory_limit=config["memory_limit"] if "memory_limit" in config else default_memory_limit(),
+            after_cwd=str(report.get("pool_path") or ""),
         )
         stream = int(config["stream"])
     except (KeyError, TypeError, ValueError) as error:
