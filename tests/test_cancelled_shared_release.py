@@ -8,12 +8,13 @@ block be free after it and blamed a try-once None."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anyio
 import pytest
 
-from kvstress.mutants import AnyioSemaphorePool
+from kvstress.mutants import AnyioSemaphorePool, AsyncioSemaphorePool
 from kvstress.scenarios import ScenarioConfig, search
 from kvstress.schedulers import PCTScheduler, RandomScheduler
 
@@ -41,4 +42,30 @@ def test_a_cancelled_release_beside_a_sharers_release_keeps_its_reference(backen
     config = ScenarioConfig(LockedReleasePool, True, backend=backend)
     for scheduler in (PCTScheduler(seed=0), RandomScheduler(seed=0), PCTScheduler(seed=2)):
         result = search(config, scheduler, max_executions=200, shrink=False)
+        assert result.failure is None, result.failure.describe()
+
+
+class WaitsOutItsShieldPool(AsyncioSemaphorePool):
+    """Correct: the whole release runs shielded, in a task of its own, and a cancelled caller
+    waits it out before the cancellation goes on, so the release has taken effect when the
+    call ends either way. Sharers' releases overlap: the cancelled one may be the one the pool
+    takes last, and its True is lost with it."""
+
+    async def release(self, block: Any) -> bool:
+        inner = asyncio.ensure_future(super().release(block))
+        try:
+            return await asyncio.shield(inner)
+        except asyncio.CancelledError:
+            await inner
+            raise
+
+
+def test_a_cancelled_release_the_pool_took_last_is_the_missing_true() -> None:
+    """The harness credited a cancelled release with the True it may have answered only when it
+    was the last release *called*: one called earlier, which the pool took after a later
+    sharer's False, left the tenancy with no True, reported as lost-block on every seed (a blind
+    user's correct pool)."""
+    config = ScenarioConfig(WaitsOutItsShieldPool, True, backend="asyncio")
+    for scheduler in (PCTScheduler(seed=0), RandomScheduler(seed=0), RandomScheduler(seed=1)):
+        result = search(config, scheduler, max_executions=400, shrink=False)
         assert result.failure is None, result.failure.describe()

@@ -262,14 +262,26 @@ class Operations:
         says which: the references the ledger still counts, plus this one if it stayed. While
         other sharers' releases of the block are in flight, the pool may or may not have counted
         theirs yet, so the answer waits until the last of them returns (``_release_over``)."""
+        block_id = tenancy.block_id
         with self.ledger.lock:
-            others = self.ledger.releasing[tenancy.block_id] - 1
+            others = self.ledger.releasing[block_id] - 1
             if others > 0 and self._untouched(tenancy, handle):
-                self.ledger.doubtful.setdefault(tenancy.block_id, []).append((holder, tenancy, index))
+                self.ledger.doubtful.setdefault(block_id, []).append((holder, tenancy, index))
                 return
-        if not self._stayed(holder, tenancy, handle, index) and last:
-            with self.ledger.lock:
-                self.ledger.returned[tenancy.block_id] += 1  # its answer is lost, its effect is not
+        if self._stayed(holder, tenancy, handle, index):
+            return
+        with self.ledger.lock:
+            if not last and self.ledger.open.get(block_id) is tenancy:
+                return  # its reference went, and others still hold theirs: no True was due
+            # The tenancy has ended, and this release took effect: its answer is lost, not its
+            # effect. The last to be called or not, the pool may have taken it last (releases
+            # that overlapped; one that waits out its own shielded part when cancelled: a blind
+            # user's correct pool, reported as lost-block), or another may have: a True missing
+            # once no other release of the block is in flight is this one's.
+            if self.ledger.releasing[block_id] > 1:
+                self.ledger.doubtful.setdefault(block_id, []).append((holder, tenancy, index))
+            elif self.ledger.returned[block_id] < self.ledger.ended[block_id]:
+                self.ledger.returned[block_id] += 1
 
     def _untouched(self, tenancy: Any, handle: Any) -> bool:
         with contextlib.suppress(Exception):
