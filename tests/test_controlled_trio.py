@@ -153,6 +153,15 @@ def test_seeds_reach_more_orders_than_the_prelude_s_states() -> None:
     assert order(77) == order(77)
 
 
+def test_the_step_trace_shows_the_code_s_tasks_not_the_steering() -> None:
+    """The task that steers a run's batch orders does nothing: the interleaving a trace
+    records is the code's own."""
+    trace = TaskStepTrace()
+    seeded_trio_run(racers, [], seed=5, instruments=[trace])
+    assert controlled_trio.STEER_NAME not in trace.steps
+    assert {name for name in trace.steps if name.startswith("r")} == {f"r{index}" for index in range(6)}
+
+
 def test_same_seed_same_failure() -> None:
     """A seed that misses the handoff misses it on every rerun; a passing seed keeps passing."""
     outcomes = {seed: outcome(seed) for seed in range(20)}

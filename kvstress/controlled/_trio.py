@@ -539,5 +539,6 @@ class TaskStepTrace(trio.abc.Instrument):
         self.steps: list[str] = []
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        """Record one step of ``task``."""
-        self.steps.append(task.name)
+        """Record one step of ``task`` (not of the run's steering task: it does nothing)."""
+        if task.name != STEER_NAME:
+            self.steps.append(task.name)
