@@ -358,8 +358,10 @@ def _deaths(tasks: Sequence[asyncio.Task[Any]], files: frozenset[str], most: int
     and handle what it raised."""
     found: list[str] = []
     for task in tasks:
+        if len(found) >= most:
+            break
         code = getattr(task.get_coro(), "cr_code", None)
-        if len(found) >= most or not task.done() or task.cancelled() or code is None:
+        if not task.done() or task.cancelled() or code is None:
             continue
         if code.co_filename in files and (error := task.exception()) is not None:
             found.append(f"{task.get_name()!r} with {error_text(error)}")
