@@ -14,7 +14,8 @@ from tests.pools.wake_first import WakeFirstNotDonePool, WakeFirstPool
 
 
 def _deadline_motif() -> object:
-    (found,) = [m for m in motifs(2, True) if f"acquire({SETTLE / 2:g})" in m.describe()]
+    leaving = (("sleep", SETTLE / 2), ("acquire", SETTLE / 2))
+    (found,) = [m for m in motifs(2, True) if m.programs[1:2] == (leaving,)]
     return found
 
 

@@ -164,6 +164,19 @@ def motifs(
             )
         )
     if virtual:
+        # The same, the first waiter then giving back what it got, the others giving back in
+        # turn: a timed-out waiter that took the hand-off's wake-up (it was still queued for
+        # it) and never gave the count of pending wake-ups back leaves that count one too high
+        # for good, and the next release, counting a wake-up already on its way, wakes nobody
+        # (.NET's SemaphoreSlim before it decremented on every wake).
+        found.append(
+            _of(
+                [*take_all, ("sleep", SETTLE), ("release", None)],
+                [("sleep", SETTLE / 2), ("acquire", SETTLE / 2), ("release", None)],
+                [*parked, ("release", None)],
+                [*parked, ("release", None)],
+            )
+        )
         # A waiter with no time limit parked long (virtual time: free) before a block comes
         # back: a poll whose backoff only a deadline caps sleeps on past the pool's
         # ``backoff_bound`` once it has waited a while (the short wait above never shows it).
