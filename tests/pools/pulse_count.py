@@ -14,23 +14,18 @@ nobody.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
-from kvstress.mutants import Block
+from kvstress.mutants import Block, ThreadConditionPool
 from kvstress.mutants._block import seconds
-from kvstress.mutants._ledger import BlockLedger
 
 
-class PulseCountPool(BlockLedger):
-    """Free blocks in a deque under a Condition; releases notify only uncounted waiters."""
-
-    backoff_bound = 0.0
+class PulseCountPool(ThreadConditionPool):
+    """ThreadConditionPool's deque and Condition; releases notify only uncounted waiters."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._cond = threading.Condition(threading.Lock())
         self._waiting = 0
         self._pulsed = 0  # wake-ups sent and not yet taken back by a waiter
 
@@ -70,14 +65,6 @@ class PulseCountPool(BlockLedger):
                 self._pulsed += 1
                 self._cond.notify()
             return True
-
-    def free_count(self) -> int:
-        with self._cond:
-            return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        with self._cond:
-            return [block.id for block in self._free]
 
 
 class PulseCountSuccessOnlyPool(PulseCountPool):
