@@ -66,6 +66,13 @@ STEER_NAME = "<kvstress steer>"
 """The name of ``Steering``'s task: a name in angle brackets, as trio's own system tasks have,
 so that what counts a run's steps or looks for its tasks at work passes it by."""
 
+
+def is_steering(task: trio.lowlevel.Task) -> bool:
+    """Whether ``task`` is the run's steering task (``STEER_NAME``): kvstress's own, no step of
+    the code's, so what counts steps, keeps time or traces the code's tasks passes it by."""
+    return task.name == STEER_NAME
+
+
 _STEER = 0x73_7465_6572  # mixed into the run's seed for the steering draws
 
 _repeatable: bool | None = None  # None: not probed yet in this process
@@ -89,8 +96,8 @@ class MovingTime(trio.abc.Instrument):
         self._steps = 0  # steps at it
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name == STEER_NAME:
-            return  # kvstress's own: no step of the code's
+        if is_steering(task):
+            return
         now = self.clock.current_time()
         if now != self._at:
             self._at, self._steps = now, 0
@@ -540,5 +547,5 @@ class TaskStepTrace(trio.abc.Instrument):
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         """Record one step of ``task`` (not of the run's steering task: it does nothing)."""
-        if task.name != STEER_NAME:
+        if not is_steering(task):
             self.steps.append(task.name)

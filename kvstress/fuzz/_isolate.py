@@ -559,12 +559,10 @@ def _child(
         with contextlib.suppress(Exception):  # no events file is no reason to stop fuzzing
             configure(job.report_dir, console=False)
     from kvstress.fuzz._run import fuzz
-    from kvstress.fuzz._target import TargetError, load_target, make_cwd_importable
+    from kvstress.fuzz._target import TargetError, load_target, make_importable_after_cwd
 
     if job.after_cwd:  # a module of the pool's name in the current directory (a fix) comes first
-        make_cwd_importable()
-        if job.after_cwd not in sys.path:
-            sys.path.append(job.after_cwd)
+        make_importable_after_cwd(job.after_cwd)
 
     # The pool's code runs here only, never in the supervisor: its module's import and the one
     # pool built to check the protocol may end the process too (a constructor that segfaults,

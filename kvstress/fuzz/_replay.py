@@ -10,8 +10,6 @@ again from its start in a supervised child: reproduced when it dies (or crashes)
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -20,7 +18,7 @@ from typing import Any
 from kvstress.fuzz._contract import run_contract, run_history
 from kvstress.fuzz._run import ctrl_c_flag
 from kvstress.fuzz._slices import run_machine, scenario_config
-from kvstress.fuzz._target import FuzzTarget, load_target, make_cwd_importable
+from kvstress.fuzz._target import FuzzTarget, load_target, make_importable_after_cwd
 from kvstress.reports import load_report
 from kvstress.scenarios import ScenarioConfig, replay, run_stress_execution, search
 from kvstress.scenarios._programs import Scenario
@@ -59,7 +57,7 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
     if kind not in KINDS:
         raise ValueError(f"the report's config.kind is {kind!r}, expected one of {KINDS}")
     assert isinstance(config, dict)
-    _findable(report.get("pool_path"))
+    make_importable_after_cwd(report.get("pool_path"))
     if kind == "crash":
         return _replay_crash(report, config)
     target = load_target(
@@ -81,17 +79,6 @@ def replay_report(report: Mapping[str, Any], *, tries: int = 10) -> ReplayOutcom
         # again from its start.
         return _replay_crash(report, config)
     return outcome
-
-
-def _findable(pool_path: object) -> None:
-    """Put the directory the pool was imported from (``pool_path``) at the end of the import
-    path: a replay run from another directory found no module (a blind user's reports), and one
-    run beside a module of that name imports that one first (the current directory and
-    PYTHONPATH come before it: a replay found the report's old module and not the fix beside it,
-    two blind users')."""
-    make_cwd_importable()  # first: a module beside the replay (a fix checked in another worktree) wins
-    if isinstance(pool_path, str) and os.path.isdir(pool_path) and pool_path not in sys.path:
-        sys.path.append(pool_path)
 
 
 def _replay_in_place(

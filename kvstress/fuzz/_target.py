@@ -275,6 +275,21 @@ def make_cwd_importable() -> None:
         sys.path.append(os.getcwd())
 
 
+def make_importable_after_cwd(directory: object) -> None:
+    """The import path of a replay: the current directory first (``make_cwd_importable``), then
+    ``directory``, the one a report's pool was imported from (its ``pool_path``).
+
+    A replay run from another directory found no module without ``directory`` (a blind user's
+    reports); one run beside a module of that name (a fix checked in another worktree) must
+    import that one, not the report's old module (two blind users'). The supervisor of a replay
+    and the isolated child that re-runs a crash's stream both call this, so the two keep one
+    order.
+    """
+    make_cwd_importable()
+    if isinstance(directory, str) and os.path.isdir(directory) and directory not in sys.path:
+        sys.path.append(directory)
+
+
 def cwd_entries() -> list[str]:
     """The ``sys.path`` entries that mean the current directory."""
     cwd = os.getcwd()

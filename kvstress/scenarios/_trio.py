@@ -22,7 +22,7 @@ import trio
 from kvstress.controlled import SchedulerExhausted, StepLimitExceeded, seeded_trio_run
 from kvstress.controlled._errors import Deadlock
 from kvstress.controlled._thread_work import trio_thread_work
-from kvstress.controlled._trio import STEER_NAME
+from kvstress.controlled._trio import is_steering
 from kvstress.harness._runner import Abandoned, run_on_a_thread
 from kvstress.schedulers import Scheduler
 
@@ -61,7 +61,7 @@ class _Guard(trio.abc.Instrument):
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._park_if_abandoned()
-        if task.name == STEER_NAME:
+        if is_steering(task):
             return  # the run's steering (``seeded_trio_run``): no step of the pool's
         self.steps += 1
         if not task.name.startswith("<"):  # trio's own system tasks (the autojumper) do not count
