@@ -214,11 +214,11 @@ def test_a_delay_finding_is_reported_and_replays_exactly(tmp_path: Path) -> None
 
 
 def test_motifs_cover_the_protocol_pairs_and_grow_with_the_pool() -> None:
-    """Nineteen motifs for threads, twenty-one with cancellation for async; on real time the ones
+    """Twenty motifs for threads, twenty-two with cancellation for async; on real time the ones
     whose waiters park for a second of virtual time are left out (or wait for less); a larger
     pool is drained, and churned through more rounds (each index of the pool passed four times
     and more)."""
-    assert len(motifs(2, False)) == 19 and len(motifs(2, True)) == 21
+    assert len(motifs(2, False)) == 20 and len(motifs(2, True)) == 22
     assert len(motifs(2, False, virtual=False)) == 15 and len(motifs(2, True, virtual=False)) == 16
     assert any(len(program) == 5 + 4 for m in motifs(4, False) for program in m.programs)
     assert any(len(program) == 2 * (2 * 4 + 1) for m in motifs(4, False) for program in m.programs)

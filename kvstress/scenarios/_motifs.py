@@ -28,7 +28,8 @@ from the protocol alone, not from any pool's code, the shortest first:
 - a waiter with no time limit (``acquire(None)``) at an exhausted pool, a block back soon after;
 - for async pools: a waiter cancelled as its block is handed to it, alone, and with another
   waiter parked beside it that must then get the block;
-- a waiter whose deadline lands as its block is handed to it, with another parked beside it;
+- a waiter whose deadline lands as its block is handed to it, behind two parked waiters, and
+  first in line with one parked behind it;
 - one block back at the instant a waiter arrives that then waits long (a waiter count read
   apart from the release's own change misses the waiter registering in between);
 - two workers churning, each taking a block and giving it back, round after round, until the
@@ -161,6 +162,21 @@ def motifs(
                 [("sleep", SETTLE / 2), ("acquire", SETTLE / 2)],
                 parked,
                 parked,
+            )
+        )
+    if virtual:
+        # The same deadline, the waiter first in line, one parked behind it: a release that
+        # picks the queue or the waiter to wake before it wakes it (a check under one lock, the
+        # wake under it again) finds the first still there, its deadline lands in between and
+        # it leaves, and the wake-up goes to nobody while the one behind sleeps beside the
+        # block (Linux's sbitmap before 26edb30dd1c0: a wake-up sent to the queue found
+        # active, emptied since). Behind two parked ones (above), a wake of its queue reaches
+        # another waiter and hides the loss.
+        found.append(
+            _of(
+                [*take_all, ("sleep", SETTLE), ("release", None)],
+                [("acquire", SETTLE)],
+                [("sleep", SETTLE / 2), parked[-1]],
             )
         )
     if virtual:
