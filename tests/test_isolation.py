@@ -275,7 +275,7 @@ def test_kvstress_failing_in_its_own_code_is_no_finding_against_the_pool(
     text = log.read_text()
     assert "TypeError" in text and "check_run" in text and "not the pool" in text
     err = capsys.readouterr().err
-    assert "internal error, not a finding against the pool: TypeError" in err and str(log) in err
+    assert "internal error, no verdict on the pool (the run stopped there): TypeError" in err and str(log) in err
 
 
 def test_a_process_that_does_not_stop_is_killed_with_its_stacks_in_the_report(

@@ -17,7 +17,8 @@ from kvstress.linearize import LinearizabilityResult, check_history
 from kvstress.linearize._check import fair_excused
 from kvstress.linearize._model import ANY_BLOCK as ANY
 from kvstress.linearize._model import EMPTY_POOL as EMPTY
-from kvstress.linearize._model import BlockOp, step, translate
+from kvstress.linearize._model import BlockOp, operation_index, part_index, step, translate
+from kvstress.scenarios._execution import unlinearizable
 
 
 @dataclass
@@ -138,6 +139,45 @@ def test_a_batch_try_once_refused_beside_a_free_block_is_named_as_called() -> No
     assert (result.status, result.witness) == ("violation", (empty,))
     said = "acquire_many returned None, but at every instant of its call some block was FREE"
     assert said in result.message
+
+
+def test_a_witness_names_a_batch_by_its_own_index_and_the_report_shows_it() -> None:
+    """A block a batch took stands in the model as a part of it, under an index no operation
+    has; a witness that held one (a block of a batch, given back, FREE beside a refused try-once)
+    named no operation, and the report's translation of it raised IndexError: exit 3, and a real
+    finding lost (a blind user's FIFO pool)."""
+    h = History()
+    for at in (0, 4):  # operations before the batch: its parts' indexes are past -1024
+        h.acquire("w0", at, at + 1, 0)
+        h.release("w0", at + 2, at + 3, 0, True)
+    batch = h.add("w1", "acquire_many", {"n": 2, "timeout": 0.0}, 10, 11, [0, 1])
+    given = h.release("w1", 12, 13, 1, True)  # the batch's second block: block 0 stays held
+    empty = h.acquire("w2", 14, 15, None, outcome="info")
+    result = h.check(2)
+    assert result.status == "violation"
+    assert set(result.witness) == {batch, given, empty}, result.witness
+    violation = unlinearizable(tuple(h.ops), result)
+    assert violation.invariant == "lost-block"
+    assert "acquire_many" in result.message
+
+
+def test_a_witness_holding_a_batch_s_part_names_the_batch() -> None:
+    """A batch still in flight stands in the model as one wildcard per block it may take, the
+    parts past its first under indexes no operation has (``part_index``). A witness holding one
+    (a blind user's FIFO pool: ``[-3079, 10, 14]``) raised IndexError in the report's
+    translation of it: exit 3, and a real finding lost. The witness names the batch itself."""
+    h = History()
+    for at in (0, 4):  # operations before the batch, so its parts' indexes pass -1024
+        h.acquire("w0", at, at + 1, 0)
+        h.release("w0", at + 2, at + 3, 0, True)
+    batch = h.add("w1", "acquire_many", {"n": 2, "timeout": 1.0}, 10, None, None, "pending")
+    result = check_history(h.ops, 2)
+    model = translate(h.ops, 2)
+    assert [w.index for w in model.wildcards] == [batch, part_index(batch, 1)]
+    assert part_index(batch, 1) < -1024 and operation_index(part_index(batch, 1)) == batch
+    faked = replace(result, status="violation", witness=(part_index(batch, 1), 0, 3))
+    violation = unlinearizable(tuple(h.ops), faked)  # raised IndexError
+    assert violation.invariant == "lost-block"
 
 
 def test_none_while_the_pool_was_empty_at_one_instant_is_ok() -> None:
@@ -687,6 +727,27 @@ def test_a_newcomer_holding_a_semaphore_unit_excuses_a_try_once_none() -> None:
     history = tuple(Operation(**op) for op in raw)
     assert any(op.name == "acquire" and op.result is None and op.args["timeout"] == 0 for op in history)
     assert check_history(history, 2).status == "ok"
+
+
+def test_a_try_once_refused_by_a_fifo_gate_beside_surplus_blocks_is_reported() -> None:
+    """Recorded blind (a FIFO pool that refused every newcomer while any waiter was queued, 8
+    blocks): b1's try-once answered None with five blocks FREE and one woken waiter in flight.
+    The witness held a part of b0's earlier ``acquire_many(8)`` (-3079), the report's
+    translation of it raised IndexError, and ``kvstress fuzz`` exited 3 ("internal error, not a
+    finding against the pool") with the finding lost. It names the batch now."""
+    import json
+    from pathlib import Path
+
+    from kvstress._violation import Operation
+
+    raw = json.loads((Path(__file__).parent / "histories" / "fifo_gate_batch_parts.json").read_text())
+    history = tuple(Operation(**op) for op in raw)
+    result = check_history(history, 8)
+    assert result.status == "violation"
+    assert set(result.witness) <= {op.index for op in history}, result.witness
+    assert 3 in result.witness and history[3].name == "acquire_many"
+    violation = unlinearizable(history, result)
+    assert violation.invariant == "lost-block", violation
 
 
 def test_a_timed_out_waiter_passing_its_unit_on_excuses_a_try_once_none() -> None:

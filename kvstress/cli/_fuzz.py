@@ -216,8 +216,8 @@ def _say(result: Supervised, args: argparse.Namespace) -> int:
     outcome = result.outcome
     if result.death is not None and result.death.internal:
         print(
-            f"kvstress: internal error, not a finding against the pool: {result.death.internal}; "
-            f"traceback in {result.internal} (a bug in kvstress: please report it)",
+            "kvstress: internal error, no verdict on the pool (the run stopped there): "
+            f"{result.death.internal}; traceback in {result.internal} (a bug in kvstress: please report it)",
             file=sys.stderr,
         )
         return INTERNAL_STATUS

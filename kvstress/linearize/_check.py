@@ -19,7 +19,7 @@ answer "unknown", never a violation.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -32,6 +32,7 @@ from kvstress.linearize._model import (
     PoolOp,
     State,
     Translation,
+    operation_index,
     pool_classes,
     pool_moves,
     pool_ops,
@@ -291,7 +292,7 @@ class _Checker:
             return _OK
         if shrink:
             ops = list(shrink_failing(ops, lambda p: (p.op.lo, p.op.hi), solve, start))
-        witness = tuple(sorted({p.op.index for p in ops}))
+        witness = _operations(p.op.index for p in ops)
         why = "no order of the pool's operations that respects real time keeps the model"
         return LinearizabilityResult("violation", None, self._describe(why, witness), witness)
 
@@ -300,12 +301,12 @@ class _Checker:
             ops = sorted(ops, key=lambda op: (op.lo, op.hi, op.index))
             solve = partial(linearize, deadline=self.deadline)
             ops = list(shrink_failing(ops, lambda op: (op.lo, op.hi), solve, FREE))
-        witness = tuple(sorted({op.index for op in ops}))
+        witness = _operations(op.index for op in ops)
         why = f"block {block}: no order of its operations that respects real time keeps the block model"
         return LinearizabilityResult("violation", block, self._describe(why, witness), witness)
 
     def _empty_pool_violation(self, empty: BlockOp, shrink: bool) -> LinearizabilityResult:
-        witness = self.coupling.free_proof(empty)
+        witness = _operations(self.coupling.free_proof(empty))
         if shrink and not self._confirms(witness):
             witness = tuple(sorted(op.index for op in self.history))  # the whole history is the proof
         call = next((op.name for op in self.history if op.index == empty.index), "acquire")
@@ -315,7 +316,7 @@ class _Checker:
     def _shortage_violation(self, blocks: tuple[int, ...], shrink: bool) -> LinearizabilityResult:
         proof = {w.index for w in self.model.wildcards} | {e.index for e in self.model.empties}
         proof |= {op.index for b in blocks for op in self.model.blocks[b]}
-        witness = tuple(sorted(proof))
+        witness = _operations(proof)
         if shrink and not self._confirms(witness):
             witness = tuple(sorted(op.index for op in self.history))
         why = f"blocks {list(blocks)} each need one of the same cancelled or pending acquires"
@@ -341,6 +342,12 @@ class _Checker:
 
 
 _OK = LinearizabilityResult("ok", None, _OK_MESSAGE)
+
+
+def _operations(indices: Iterable[int]) -> tuple[int, ...]:
+    """A witness: the history operations behind model ``indices``, sorted (a batch's parts
+    stand for the batch: their own indexes name no operation)."""
+    return tuple(sorted({operation_index(index) for index in indices}))
 
 
 def _taken(order: list[tuple[BlockOp, int]], wildcards: set[int]) -> list[int]:

@@ -104,6 +104,12 @@ def part_index(index: int, part: int) -> int:
     return index if part == 0 else -(index * 1024 + part)
 
 
+def operation_index(index: int) -> int:
+    """The history operation a model index stands for: ``part_index`` undone (a batch's part
+    goes by the batch's own index)."""
+    return index if index >= 0 else -index // 1024
+
+
 def translate(history: Sequence[Operation], num_blocks: int, settle: float = 0.0) -> Translation:
     """Map the operations the model knows; write, verify and check carry no state and are skipped.
     ``settle``: how long after its deadline an acquire that returned without a block may still

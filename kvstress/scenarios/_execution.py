@@ -54,6 +54,7 @@ from kvstress.harness._ledger import Ledger
 from kvstress.harness._runner import run_to_completion
 from kvstress.harness._scenarios import Scenarios, first_violation, speaks_anyio
 from kvstress.linearize import LinearizabilityResult, check_history
+from kvstress.linearize._model import operation_index
 from kvstress.scenarios._programs import TIMEOUTS, Scenario, draw
 from kvstress.schedulers import Scheduler
 from kvstress.schedulers._errors import ScheduleDivergence
@@ -574,7 +575,8 @@ def check_run(config: ScenarioConfig, ops: ScenarioOps) -> InvariantViolation | 
 
 def unlinearizable(history: Sequence[Operation], result: LinearizabilityResult) -> InvariantViolation:
     """The violation a history with no linearization (``result``) is reported as."""
-    witness = [history[i] for i in result.witness if i < len(history)]
+    by_index = {op.index: op for op in history}
+    witness = [by_index[i] for i in map(operation_index, result.witness) if i in by_index]
     why = ""
     if result.block is None:
         # Named by the acquires that were refused (None) in the witness, not by any that waited
