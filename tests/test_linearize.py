@@ -729,12 +729,18 @@ def test_a_newcomer_holding_a_semaphore_unit_excuses_a_try_once_none() -> None:
     assert check_history(history, 2).status == "ok"
 
 
-def test_a_try_once_refused_by_a_fifo_gate_beside_surplus_blocks_is_reported() -> None:
-    """Recorded blind (a FIFO pool that refused every newcomer while any waiter was queued, 8
-    blocks): b1's try-once answered None with five blocks FREE and one woken waiter in flight.
-    The witness held a part of b0's earlier ``acquire_many(8)`` (-3079), the report's
-    translation of it raised IndexError, and ``kvstress fuzz`` exited 3 ("internal error, not a
-    finding against the pool") with the finding lost. It names the batch now."""
+def test_a_fifo_gate_refuses_a_try_once_while_a_waiter_woken_behind_a_batch_has_not_run() -> None:
+    """Recorded blind (a FIFO pool: ``if not self._waiters and len(self._free) >= n`` takes at
+    once, anything else queues; 8 blocks). b0 holds one block and asks for all 8: it waits at the
+    head from its start; b1 and b2 queue behind it. Its timeout wakes b1, which takes a block and
+    wakes b2; before b2 runs, b1's try-once finds b2 queued and answers None beside five FREE
+    blocks, as ``asyncio.Semaphore`` refuses a newcomer while a waiter is queued. That is the
+    pool being fair, not losing blocks: b0's batch gave up after waiting, so it stood in the
+    queue, and b2, begun behind it, too. (It was reported, and the report's translation of its
+    witness, which held a part of b0's batch, raised IndexError: exit 3.)
+
+    Had b2 begun before the batch (nobody queued, no hand-off to wait for), the None is a
+    finding, and its witness names the batch by its own index, not its part's (-3079)."""
     import json
     from pathlib import Path
 
@@ -742,12 +748,18 @@ def test_a_try_once_refused_by_a_fifo_gate_beside_surplus_blocks_is_reported() -
 
     raw = json.loads((Path(__file__).parent / "histories" / "fifo_gate_batch_parts.json").read_text())
     history = tuple(Operation(**op) for op in raw)
-    result = check_history(history, 8)
+    refused = history[10]
+    assert (refused.name, refused.args["timeout"], refused.result) == ("acquire", 0.0, None)
+    assert history[3].name == "acquire_many" and history[3].result is None
+    assert check_history(history, 8).status == "ok"
+
+    raw[5]["start"] = raw[3]["start"] / 2  # b2 arrives before the batch
+    early = tuple(Operation(**op) for op in raw)
+    result = check_history(early, 8)
     assert result.status == "violation"
-    assert set(result.witness) <= {op.index for op in history}, result.witness
-    assert 3 in result.witness and history[3].name == "acquire_many"
-    violation = unlinearizable(history, result)
-    assert violation.invariant == "lost-block", violation
+    assert set(result.witness) <= {op.index for op in early}, result.witness
+    assert {3, 10} <= set(result.witness)
+    assert unlinearizable(early, result).invariant == "lost-block"
 
 
 def test_a_timed_out_waiter_passing_its_unit_on_excuses_a_try_once_none() -> None:

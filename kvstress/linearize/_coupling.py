@@ -64,9 +64,10 @@ class Coupling:
         self._units = [(b, i, lo, max(end, lingering.get(i, end))) for b, i, lo, end in self._calls]
         frees = [(b, op) for b, ops in enumerate(model.blocks) for op in ops if op.kind in _FREES]
         self._handoffs = _handoffs([op.hi for _, op in frees], model, returns)
-        self._queued = _queued(self._calls, self._handoffs, model.patient)
+        self._queued = _queued(self._calls, self._handoffs, model.patient, model.waited)
         self._patient = model.patient
         self._start = {index: lo for _, index, lo, _ in self._calls}
+        self._start.update((index, lo) for index, lo, _ in model.waited)
         # Releases as calls: until one returns, the pool may not have given its unit back.
         self._freeing = [(b, op.lo, returns.get(op.index, op.hi)) for b, op in frees]
         # Per block, the returns of the acquires that answered it: one that returned after a
@@ -246,17 +247,29 @@ def _handoffs(release_ends: list[int], model: Translation, returns: dict[int, in
 
 
 def _queued(
-    calls: Sequence[tuple[int, int, int, int]], handoffs: Sequence[int], patient: frozenset[int]
+    calls: Sequence[tuple[int, int, int, int]],
+    handoffs: Sequence[int],
+    patient: frozenset[int],
+    waited: Sequence[tuple[int, int, int]] = (),
 ) -> list[tuple[int, int, int]]:
     """The acquires that may have stood in a FIFO pool's queue, as (index, start, return): one in
-    flight across a hand-off (it may have waited for that unit), and, in turn, one that could
-    wait and began while such an acquire was still in flight: a pool that refuses newcomers
-    while anyone is queued (``asyncio.Semaphore``) queued it behind, whatever was FREE, and a
-    newcomer then found the queue busy too (a blind tester's pool on ``Semaphore.locked()``)."""
-    waiting = sorted((lo, end, index) for _, index, lo, end in calls if index in patient)
+    flight across a hand-off (it may have waited for that unit), one that gave up without a
+    block after waiting (``Translation.waited``: a batch too big for what was FREE waits at the
+    head from its start, with no hand-off at all), and, in turn, one that could wait and began
+    while such an acquire was still in flight: a pool that refuses newcomers while anyone is
+    queued (``asyncio.Semaphore``; a FIFO batch pool's ``if not self._waiters and len(free) >=
+    n``) queued it behind, whatever was FREE, and a newcomer then found the queue busy too
+    (blind testers' pools on ``Semaphore.locked()`` and on such a gate: the second, a waiter
+    woken as a batch ahead of it timed out and not yet run, refused a try-once beside five FREE
+    blocks)."""
+    gave_up = {index for index, _, _ in waited}
+    waiting = sorted(
+        [(lo, end, index) for _, index, lo, end in calls if index in patient and index not in gave_up]
+        + [(lo, end, index) for index, lo, end in waited]
+    )
     queued: list[tuple[int, int, int]] = []  # (index, from when it may hold the queue, return)
     for lo, end, index in waiting:
-        if any(since <= lo <= until for _, since, until in queued):
+        if index in gave_up or any(since <= lo <= until for _, since, until in queued):
             queued.append((index, lo, end))  # began behind a queued one: queued from its start
             continue
         h = bisect_left(handoffs, lo)

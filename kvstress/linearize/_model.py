@@ -84,6 +84,9 @@ class Translation:
     # (index, position): acquires, cancelled or timed out, the pool may still serve after they
     # returned (``may_linger``, ``served_until``), each a unit in flight until then
     lingering: tuple[tuple[int, int], ...] = ()
+    # (index, start, return positions): acquires that could wait and gave up without a block
+    # (timed out, cancelled): they waited, so a FIFO pool had them in its queue
+    waited: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,11 @@ def translate(history: Sequence[Operation], num_blocks: int, settle: float = 0.0
     lingering = tuple((op.index, at(served_until(op, settle))) for op in ops if may_linger(op))
     patient = frozenset(op.index for op in ops if op.name in _TAKING and op.args.get("timeout") != 0)
     unseen = frozenset(op.index for op in ops if op.name in _TAKING and _timed_out_unseen(op))
+    waited = tuple(
+        (op.index, position[op.start], at(op.end))
+        for op in ops
+        if op.index in patient and op.end is not None and op.result in (None, "cancelled")
+    )
     return Translation(
         tuple(map(tuple, blocks)),
         tuple(wildcards),
@@ -161,6 +169,7 @@ def translate(history: Sequence[Operation], num_blocks: int, settle: float = 0.0
         patient,
         unseen,
         lingering,
+        waited,
     )
 
 
