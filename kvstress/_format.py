@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -51,5 +52,23 @@ def error_text(error: BaseException) -> str:
         said = f"<its str() raised {type(broken).__name__}>"
     if len(said) > ERROR_TEXT_MAX:
         said = f"{said[:ERROR_TEXT_MAX]}... ({len(said):,} characters)"
-    name = type(error).__name__
+    name = error_name(type(error))
     return f"{name}: {said}" if said else name
+
+
+def error_name(kind: type) -> str:
+    """An exception class's name as its users spell it: bare for a builtin or the user's own
+    (``RuntimeError``, ``DoubleRelease``), by its public module for the standard library's
+    (``queue.Empty``, not ``Empty`` or ``_queue.Empty``; ``asyncio.CancelledError``)."""
+    name = kind.__name__
+    module = getattr(kind, "__module__", None) or "builtins"
+    top = module.split(".")[0]
+    if top == "builtins" or top not in sys.stdlib_module_names:
+        return name
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):  # the shortest path that has it: asyncio, not asyncio.exceptions
+        path = ".".join(parts[:depth])
+        for public in (path.rpartition(".")[0] + "." * (depth > 1) + parts[depth - 1].lstrip("_"), path):
+            if getattr(sys.modules.get(public), name, None) is kind:
+                return f"{public}.{name}"
+    return f"{module}.{name}"

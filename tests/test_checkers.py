@@ -145,6 +145,17 @@ def test_timeout_early_and_late() -> None:
     checkers.check_timeout(0.05, False, 0.2, 0.2, 0.1, POLICY)  # the pool declared a 0.1 s backoff
 
 
+def test_a_batch_s_timing_finding_names_the_batch_call() -> None:
+    """A late or early acquire_many is named as called (a blind user's late batch was headed
+    ``acquire(timeout=0.002) returned after ...``, its table showing ``acquire_many(2, 0.002)``)."""
+    with pytest.raises(InvariantViolation, match=r"acquire_many\(2, timeout=0.002\) returned after"):
+        checkers.check_timeout(0.002, False, 0.2, 0.2, 0.0, POLICY, batch=2)
+    with pytest.raises(InvariantViolation, match=r"acquire_many\(3, timeout=0.05\) returned None after"):
+        checkers.check_timeout(0.05, False, 0.005, 0.005, 0.0, POLICY, batch=3)
+    with pytest.raises(InvariantViolation, match=r"^\[timeout-late\] acquire\(timeout=0.05\)"):
+        checkers.check_timeout(0.05, False, 0.2, 0.2, 0.0, POLICY)
+
+
 def test_garbage_collection_excuses_lateness_but_never_earliness() -> None:
     """A wait stretched by GC is not late; a wait that GC time would shorten is not early."""
     checkers.check_timeout(0.05, False, 0.9, 0.06, 0.0, POLICY)  # 0.84 s of it was GC

@@ -77,16 +77,18 @@ def check_timeout(
     elapsed_running: float,
     backoff_bound: float,
     policy: TimingPolicy,
+    batch: int | None = None,
 ) -> None:
     """A None comes no earlier than the timeout (on the wall clock, ``elapsed``), and never for
     a timeout of None (no limit); no answer comes later than deadline + bound + slack (counting
     only time Python code could run, ``elapsed_running``: the wall time less garbage
-    collection)."""
+    collection). ``batch``: the n of an ``acquire_many`` (the messages name the call made)."""
+    call = "acquire(timeout=" if batch is None else f"acquire_many({batch}, timeout="
     if timeout is None:
         if not got_block:  # no limit: there is no time to be up
             raise InvariantViolation(
                 "timeout-early",
-                f"acquire(timeout=None) returned None after {elapsed:.6f} s"
+                f"{call}None) returned None after {elapsed:.6f} s"
                 f"{' of virtual time' if policy.virtual else ''}: with no timeout it must wait for a "
                 "block (a timeout of None taken for 0, as `if not timeout:` does)",
             )
@@ -94,7 +96,7 @@ def check_timeout(
     if not got_block and elapsed < timeout - policy.early_tolerance - policy.early_ratio * timeout:
         raise InvariantViolation(
             "timeout-early",
-            f"acquire(timeout={timeout:g}) returned None after {elapsed:.6f} s"
+            f"{call}{timeout:g}) returned None after {elapsed:.6f} s"
             f"{' of virtual time' if policy.virtual else ''}, before its timeout",
         )
     slack = policy.slack_now()
@@ -103,7 +105,7 @@ def check_timeout(
         left_out = "time it sat ready but unscheduled" if policy.virtual else "garbage collection"
         raise InvariantViolation(
             "timeout-late",
-            f"acquire(timeout={timeout:g}) returned after {elapsed_running:.6f} s ({left_out} "
+            f"{call}{timeout:g}) returned after {elapsed_running:.6f} s ({left_out} "
             f"left out), past its deadline plus backoff bound {backoff_bound:g} s and slack "
             f"{policy.slack_words(slack)}",
         )

@@ -93,7 +93,7 @@ class BatchOperations(Operations):
         if blocks is None:
             self.history.end(index, returned, "info", None, observed)
             waited = self._waited(elapsed, real0)
-            checkers.check_timeout(timeout, False, waited, busy, self.backoff_bound, self.timing)
+            checkers.check_timeout(timeout, False, waited, busy, self.backoff_bound, self.timing, batch=n)
             free = self.num_blocks - len(self.ledger.open)
             if self.sequential and timeout == 0 and free >= n and not await self._excused_refusal(index):
                 raise InvariantViolation(
@@ -110,7 +110,7 @@ class BatchOperations(Operations):
         for block_id, block in zip(ids, blocks, strict=True):
             checkers.check_zeroed(block_id, self._read(index, block, "data"))
             checkers.check_fresh_state(block_id, self._state(block), self._refcount(block))
-        checkers.check_timeout(timeout, True, elapsed, busy, self.backoff_bound, self.timing)
+        checkers.check_timeout(timeout, True, elapsed, busy, self.backoff_bound, self.timing, batch=n)
         return ids
 
     def _batch_ids(self, index: int, n: int, blocks: Any) -> list[int]:
