@@ -17,6 +17,7 @@ blocking on it raises as well.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading as _threading
 import time as _time
 import weakref
@@ -681,8 +682,21 @@ def thread_start(self: _threading.Thread) -> None:
         return
     if self in _STARTED:
         raise RuntimeError("threads can only be started once")
-    _STARTED[self] = controller.start_thread(self.run, None, daemon=self.daemon, started_by_code=True)
+    _STARTED[self] = controller.start_thread(
+        self.run, _given_name(self), daemon=self.daemon, started_by_code=True
+    )
     controller.yield_point()
+
+
+_DEFAULT_NAME = re.compile(r"Thread-\d+( \(.*\))?")
+
+
+def _given_name(thread: _threading.Thread) -> str | None:
+    """The name the code gave its ``Thread`` subclass (``super().__init__(name="evictor")``: it
+    read as ``kvstress-t1`` in findings, a blind user's), or None for threading's own default
+    (``Thread-3 (run)``), which the controller replaces with ``t<N>``."""
+    name = thread.name
+    return None if _DEFAULT_NAME.fullmatch(name) else name
 
 
 def thread_join(self: _threading.Thread, timeout: float | None = None) -> None:
