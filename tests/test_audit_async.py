@@ -255,7 +255,7 @@ def test_task_cancel_of_a_waiting_acquire_is_recorded_and_silent() -> None:
         pool.close()
         acquires = [op for op in pool.history() if op.name == "acquire"]
         assert [op.outcome for op in acquires] == ["ok", "info", "ok"]
-        assert acquires[1].result == "CancelledError"
+        assert acquires[1].result == "asyncio.CancelledError"
 
     run("asyncio", body)
 
