@@ -85,7 +85,8 @@ def test_every_invariant_id_has_a_pool_that_shows_only_it() -> None:
 @pytest.mark.parametrize(("pool", "backend"), broken_cases())
 def test_machine_names_the_planted_bug(pool: type, backend: str) -> None:
     """The machine fails on each broken pool with the pool's expected invariant id."""
-    machine = kvstress.pool_machine(pool, backend=backend, timing=QUICK_HANGS)
+    timing = TimingPolicy(hang_bound=pool.hang_bound) if hasattr(pool, "hang_bound") else QUICK_HANGS
+    machine = kvstress.pool_machine(pool, backend=backend, timing=timing)
     violation = first_violation(lambda: run_state_machine_as_test(machine, settings=HUNT))
     assert violation.invariant in expected_ids(pool), violation.details()
 

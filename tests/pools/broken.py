@@ -263,16 +263,21 @@ class MillisecondsPool(SimpleThreadedPool):
         return super().acquire(None if timeout is None else timeout / 1000)  # BUG: s taken as ms
 
 
-class LateTimeoutPool(SimpleThreadedPool):
-    """Acquire waits timeout*4 + 0.7 s before giving up."""
+LATE_BY = 2.0
+"""How late LateTimeoutPool gives up: more than the load-aware slack (0.25 s times the load per
+core) up to a load of 8 per core. At 0.7 s, a full suite beside three other jobs (load 3 per
+core: a slack of 1.07 s) took it for on time and then, its wait stretched past the test's 1 s
+hang bound, for a hang; at 0.3 s, a load of 2.5 per core hid it."""
 
-    # Late by more than the load-aware slack (0.25 s times the load per core) up to a load of
-    # 2.8 per core, and by less than the hang bound: at 0.3 s late, a run beside a loaded
-    # machine's other work (load 2.5 per core) could not tell it from the OS's own lateness.
+
+class LateTimeoutPool(SimpleThreadedPool):
+    """Acquire waits timeout*4 + LATE_BY s before giving up."""
+
     expected = "timeout-late"
+    hang_bound = 5.0  # a test's hang bound for it: past LATE_BY, with room for a loaded machine
 
     def acquire(self, timeout: float | None = None) -> Block | None:
-        return super().acquire(None if timeout is None else timeout * 4 + 0.7)  # BUG
+        return super().acquire(None if timeout is None else timeout * 4 + LATE_BY)  # BUG
 
 
 class SpinPool(SimpleThreadedPool):
