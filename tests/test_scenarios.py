@@ -445,6 +445,25 @@ def test_planted_async_bugs_are_found_on_trio(factory: type) -> None:
     assert result.failure.violation.invariant in expected, result.failure.describe()
 
 
+def test_a_trio_run_past_its_time_limit_names_where_its_workers_wait() -> None:
+    """As the asyncio loop's deadlock message does: each worker still waiting, and the line of
+    the pool it waits at (a blind user's trio hang named no task and no line)."""
+    from dataclasses import replace
+
+    from kvstress.scenarios._motifs import SETTLE, _of
+
+    scenario = _of(
+        [("acquire", 0.0), ("acquire", 0.0), ("sleep", SETTLE), ("release", None)],
+        [("sleep", SETTLE / 2), ("acquire", None)],
+    )
+    config = replace(config_for(broken.AsyncNoNotifyPool, backend="trio"), scenario=scenario)
+    result = search(config, RandomScheduler(seed=0), max_executions=5, shrink=False)
+    assert result.failure is not None and result.failure.violation.invariant == "hang"
+    message = result.failure.violation.message
+    assert "tasks wait for something that never comes ('b1' at _simple.py:" in message, message
+    assert "`await woken.wait()`)" in message, message
+
+
 def test_an_abandoned_trio_run_stops_burning_a_core() -> None:
     """A run blocked for good behind a shielded wait is abandoned on its thread; that thread
     then sleeps. It used to spin in trio's autojumper for the rest of the process, slowing every

@@ -1133,8 +1133,14 @@ def _suspended_at(task: asyncio.Task[Any]) -> str:
     """``file.py:57: `await req.fut``` for the innermost coroutine a suspended task awaits in
     that is not the event loop's, a concurrency library's or kvstress's own (the line of the
     pool or the test that waits), else the innermost."""
+    return suspended_at(task.get_coro())
+
+
+def suspended_at(coro: Any) -> str:
+    """``_suspended_at`` for a suspended coroutine (an asyncio task's, or a trio task's
+    ``coro``)."""
     frames = []
-    awaited: Any = task.get_coro()
+    awaited: Any = coro
     while awaited is not None:
         frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
         if frame is not None:

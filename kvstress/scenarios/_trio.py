@@ -21,6 +21,7 @@ import trio
 
 from kvstress.controlled import SchedulerExhausted, StepLimitExceeded, seeded_trio_run
 from kvstress.controlled._errors import Deadlock
+from kvstress.controlled._loop import suspended_at
 from kvstress.controlled._thread_work import trio_thread_work
 from kvstress.controlled._trio import is_steering
 from kvstress.harness._runner import Abandoned, run_on_a_thread
@@ -48,6 +49,8 @@ class _Guard(trio.abc.Instrument):
         self._idle_at = -math.inf
         self._idle_waits = 0
         self.abandoned = False
+        self.hang_at: float | None = None  # the run's time limit, on its clock
+        self.waiting: list[str] | None = None  # where the workers waited as it came
 
     def park(self) -> None:
         """The harness gave up on this run: its thread stops at its next step or idle wait, for
@@ -68,6 +71,9 @@ class _Guard(trio.abc.Instrument):
             self._stepped = True
         if task.name in self.workers:
             self.last = task.name
+        if self.waiting is None and self.hang_at is not None and trio.current_time() >= self.hang_at:
+            # The time limit's cancellation wakes them: not one has resumed yet.
+            self.waiting = _waiting_workers(self.workers)
         if self.steps > self.limit and self.scope is not None and not self.exceeded:
             self.exceeded = True
             self.scope.cancel()
@@ -100,6 +106,7 @@ def run_trio_execution(config: ScenarioConfig, scheduler: Scheduler, record: Exe
     async def main() -> bool:
         with trio.CancelScope() as scope:
             budget.scope = scope
+            budget.hang_at = anyio.current_time() + bound
             with anyio.move_on_after(bound) as timer:
                 await run_workers(config, record, anyio.current_time)
             return timer.cancelled_caught
@@ -113,10 +120,26 @@ def run_trio_execution(config: ScenarioConfig, scheduler: Scheduler, record: Exe
             budget.last,
         )
     if hung:
+        waiting = f" ({', '.join(budget.waiting)})" if budget.waiting else ""
         raise Deadlock(
             f"the trio run did not finish within {bound:g} virtual seconds (the programs' timeouts "
-            "plus the hang bound): tasks wait for something that never comes"
+            f"plus the hang bound): tasks wait for something that never comes{waiting}"
         )
+
+
+def _waiting_workers(workers: frozenset[str]) -> list[str]:
+    """``'b1' at pool.py:89: `await entry.ev.wait()``` for each worker task of the run, suspended
+    (as the asyncio loop's deadlock message names them: a blind user's trio hang named none)."""
+    found: list[str] = []
+    todo = [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        if task is None:
+            continue
+        if task.name in workers:
+            found.append(f"{task.name!r} at {suspended_at(task.coro)}")
+        todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return sorted(found)
 
 
 def _run_abandonable(run: Callable[[], bool], guard: _Guard, config: ScenarioConfig) -> bool:
