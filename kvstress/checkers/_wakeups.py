@@ -140,7 +140,13 @@ def _until(waiter: Operation, block: object, taken: float) -> str:
     end = waiter.end if waiter.end is not None else float("inf")
     if end <= taken:
         if waiter.outcome == "ok" and waiter.result == block:
-            return f"until this acquire took it itself at {end:.6f} s"
+            # Its own block all along, maybe: a pool that set it aside for this waiter (or handed
+            # it part of a batch) and did not wake it holds it back the same (a blind user looked
+            # for a missed notify to another waiter first).
+            return (
+                f"until this acquire took it itself at {end:.6f} s; set aside for this acquire "
+                "or not, it sat unused while this acquire waited"
+            )
         return f"until this acquire returned at {end:.6f} s"
     if waiter.outcome == "ok" and waiter.result == block:
         # The waiter's "-> 1" is its answer at its return, after the block came back once more.
