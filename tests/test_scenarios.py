@@ -830,12 +830,19 @@ def test_pct_alternates_its_executions_with_and_without_early_timers() -> None:
 
 
 def test_an_explored_tests_pct_never_fires_timers_early() -> None:
+    """Its PCT schedules keep timers in order; the random walks between them (every other
+    schedule) fire a sleeping thread's timer early as the explored tests' random does
+    (``SLEEPERS``), never any timer (``ALL_TIMERS``: a test's assertions cannot credit it)."""
     from kvstress.explorer._strategies import STRATEGIES
+    from kvstress.schedulers import SLEEPERS
 
     scheduler = STRATEGIES["pct"](0)
+    levels = []
     for _ in range(4):
         assert scheduler.new_execution()
-        assert scheduler.schedule().timers == 0
+        levels.append(scheduler.schedule().timers)
+    assert levels == [0, SLEEPERS, 0, SLEEPERS]
+    assert STRATEGIES["random"](0).fires_timers == SLEEPERS
 
 
 @pytest.mark.parametrize("seed", range(4))
