@@ -67,8 +67,9 @@ def error_name(kind: type) -> str:
         return name
     parts = module.split(".")
     for depth in range(1, len(parts) + 1):  # the shortest path that has it: asyncio, not asyncio.exceptions
-        path = ".".join(parts[:depth])
-        for public in (path.rpartition(".")[0] + "." * (depth > 1) + parts[depth - 1].lstrip("_"), path):
+        path = parts[:depth]
+        unhidden = ".".join([*path[:-1], path[-1].lstrip("_")])  # _queue -> queue
+        for public in (unhidden, ".".join(path)):
             if getattr(sys.modules.get(public), name, None) is kind:
                 return f"{public}.{name}"
     return f"{module}.{name}"
