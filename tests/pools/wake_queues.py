@@ -15,9 +15,8 @@ from __future__ import annotations
 import threading
 import time
 
-from kvstress.mutants import Block
+from kvstress.mutants import Block, ThreadConditionPool
 from kvstress.mutants._block import seconds
-from kvstress.mutants._ledger import BlockLedger
 
 QUEUES = 2
 
@@ -34,26 +33,23 @@ class _WaitQueue:
         self.sleepers: list[_Sleeper] = []
 
 
-class WakeQueuesPool(BlockLedger):
-    """A deque of free blocks under a lock; sleepers on ``QUEUES`` wait queues, round-robin."""
-
-    threaded = True
-    backoff_bound = 0.0
+class WakeQueuesPool(ThreadConditionPool):
+    """ThreadConditionPool's deque and its Condition, taken as the deque's lock (its free_count
+    and free_ids read under it); sleepers on ``QUEUES`` wait queues of their own, round-robin."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._lock = threading.Lock()
+        super().__init__(*args, **kwargs)
         self._queues = [_WaitQueue() for _ in range(QUEUES)]
         self._wait_index = 0
         self._wake_index = 0
 
     def _try_take(self) -> Block | None:
-        with self._lock:
+        with self._cond:
             block = self._free.popleft() if self._free else None
         return None if block is None else self._taken(block)
 
     def _join(self, sleeper: _Sleeper) -> _WaitQueue:
-        with self._lock:
+        with self._cond:
             queue = self._queues[self._wait_index]
             self._wait_index = (self._wait_index + 1) % QUEUES
         with queue.lock:
@@ -96,7 +92,7 @@ class WakeQueuesPool(BlockLedger):
         if not self._last_reference(block):
             return False
         self._reset(block)
-        with self._lock:
+        with self._cond:
             self._free.append(block)
         self._wake()
         return True
@@ -117,16 +113,6 @@ class WakeQueuesPool(BlockLedger):
         sleeper = queue.sleepers.pop(0)
         sleeper.woken = True
         sleeper.event.set()
-
-    def free_count(self) -> int:
-        """Blocks in the deque."""
-        with self._lock:
-            return len(self._free)
-
-    def free_ids(self) -> list[int]:
-        """The deque's ids, head first."""
-        with self._lock:
-            return [block.id for block in self._free]
 
 
 class WakeQueuesCheckedApartPool(WakeQueuesPool):
