@@ -34,8 +34,10 @@ def test_the_next_fit_pool_that_gives_its_unit_back_comes_through() -> None:
 
 
 def test_the_pct_strategy_finds_it_on_the_churn_motif_after_its_lead(tmp_path: Path) -> None:
+    """About 10 s on the 2-core machine, 27 s with it loaded by two busy processes: the budget
+    is a bound, far past both (the run ends at the find)."""
     target = load_target("tests.pools.next_fit:NextFitKeepsReservationPool")
-    outcome = fuzz(target, budget_s=60.0, seed=0, mix=("pct",), report_dir=tmp_path)
+    outcome = fuzz(target, budget_s=150.0, seed=0, mix=("pct",), report_dir=tmp_path)
     assert outcome.finding is not None
     assert outcome.finding.strategy == "pct"
     assert outcome.finding.options.get("fixed_scenario") is True  # the churn: not the lead slice

@@ -22,11 +22,12 @@ def test_a_bug_that_needs_three_free_blocks_is_found_without_blocks(
     """A hot list that drops the block it spills when a third comes back: missed in 20 s on
     seeds 0-2 at the run's two blocks (nothing spills), found on a larger pool. The report
     names the size, and its replay builds that size. (The history's ladder finds it too, on three
-    blocks, sequentially: left out of the mix here.)"""
+    blocks, sequentially: left out of the mix here.) Found about 12 s in on the 2-core machine
+    loaded by two busy processes: the budget is a bound, far past it (the run ends at the find)."""
     target = load_target("tests.pools.hot_cold:HotColdSpillDropPool")
     assert target.num_blocks == 2 and target.wider == (4, 8)
     mix = tuple(strategy for strategy in DEFAULT_MIX if strategy != "history")
-    outcome = fuzz(target, budget_s=30, seed=0, mix=mix, report_dir=tmp_path)
+    outcome = fuzz(target, budget_s=90, seed=0, mix=mix, report_dir=tmp_path)
     assert outcome.finding is not None and outcome.report is not None
     assert outcome.finding.violation.invariant == "lost-block", outcome.finding.violation
     report = load_report(outcome.report)
