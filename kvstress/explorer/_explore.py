@@ -49,10 +49,14 @@ REPLAY_PASSED = (
 'replay', seed <a fresh draw>)", and nothing that the failure was not reproduced (a blind user's
 trio replays)."""
 
-REPLAY_CALL_PASSED = "replayed the given schedule, and its call passed"
+REPLAY_CALL_PASSED = (
+    "replayed the given schedule, and its call passed; its fixtures' teardown, where the failure "
+    "recorded may come back, runs next"
+)
 """What the plugin says of a replayed test's call until its teardown has run: the failure
 recorded may have been its fixtures' teardown's, and "did not happen again" then read beside the
-teardown's error that it had (a blind user's)."""
+teardown's error that it had (a blind user's); "its call passed" alone, printed above that error,
+read at a glance as not reproduced (another's)."""
 
 
 def passed_line(runs: int, strategy: str, seed: int, exhausted: bool = False) -> str:
