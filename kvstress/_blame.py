@@ -10,11 +10,16 @@ its traceback, and never against the pool.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sysconfig
 import traceback
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Any
+
+from kvstress._format import error_text
+from kvstress._violation import InvariantViolation
 
 _KVSTRESS = str(Path(__file__).resolve().parent) + os.sep
 _INSTALLED = tuple(
@@ -78,4 +83,42 @@ def internal_error(error: BaseException) -> InternalError:
     return InternalError(
         f"kvstress failed in its own code, not the pool's: {describe(error)}; no finding against "
         "the pool (a bug in kvstress: please report it with this traceback)"
+    )
+
+
+NEVER_RETRIEVED = "Task exception was never retrieved"
+"""asyncio's message for a task that ended by raising and was freed with nothing having read its
+exception (``Task.__del__`` hands it to the loop's exception handler)."""
+
+UNRETRIEVED_NOTE = (
+    f"asyncio logs it as {NEVER_RETRIEVED!r}: nothing awaited the task to its end; one awaited "
+    "through asyncio.shield runs on alone once its awaiter is cancelled, and what it raises then "
+    "is read by no one"
+)
+
+
+def loop_error_line(context: dict[str, Any], pool_files: Collection[str] = ()) -> str | None:
+    """What an event loop's exception handler was given, in one line, if it is the pool's: an
+    exception (not a cancellation, not one kvstress's own code alone raised). A task nobody
+    retrieved is named with its coroutine: the exception alone did not say whose it was."""
+    error = context.get("exception")
+    if not isinstance(error, Exception) or (pool_files and raised_in_kvstress(error, pool_files)):
+        return None
+    task = context.get("future")
+    if context.get("message") == NEVER_RETRIEVED and isinstance(task, asyncio.Task):
+        coroutine = getattr(task.get_coro(), "__qualname__", None)
+        named = f"{task.get_name()!r} ({coroutine})" if coroutine else repr(task.get_name())
+        return f"{named} with {error_text(error)}, never retrieved"
+    return error_text(error)
+
+
+def loop_errors_violation(lines: Sequence[str], history: Any = ()) -> InvariantViolation:
+    """A ``crash``: a task or callback of the pool's own raised, and the loop only logged it."""
+    note = f" ({UNRETRIEVED_NOTE})" if any(line.endswith(", never retrieved") for line in lines) else ""
+    return InvariantViolation(
+        "crash",
+        "a task or callback of the pool's own raised, and the event loop caught it: "
+        + "; ".join(lines)
+        + note,
+        history=history,
     )

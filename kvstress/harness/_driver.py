@@ -17,11 +17,12 @@ from typing import Any, TypeVar
 import torch
 
 from kvstress import checkers
+from kvstress._blame import loop_error_line, loop_errors_violation
 from kvstress._checks import check_block_shape, check_dtype, check_num_blocks, protocol_gap
 from kvstress._format import error_text
 from kvstress._violation import BlockRecord, InvariantViolation
 from kvstress.checkers import TimingPolicy
-from kvstress.controlled._patch import own_loop_primitives, resolve_modules
+from kvstress.controlled._patch import own_loop_primitives, resolve_modules, source_files
 from kvstress.controlled._reach import reached_modules
 from kvstress.harness._cpu import watch_gc, watch_stalls
 from kvstress.harness._dump import dump_blocks
@@ -31,6 +32,8 @@ from kvstress.harness._runner import CallHung, LoopThread, ThreadWorker, run_to_
 from kvstress.harness._scenarios import Scenarios, speaks_anyio
 
 T = TypeVar("T")
+MAX_LOOP_ERRORS = 3
+"""What the event loop caught that a finding names, at most."""
 BACKENDS = ("asyncio", "trio")
 
 
@@ -84,15 +87,20 @@ class PoolDriver(Scenarios):
         if is_async_factory(factory) and backend == "asyncio":  # this example's loop is a new one
             roots = resolve_modules((factory,))
             self._own.enter_context(own_loop_primitives((*roots, *reached_modules(roots))))
+        # What the event loop caught in the pool's own tasks and callbacks: a crash at the next
+        # quiet check, as in the controlled runs (it was only printed: a blind user's).
+        self.loop_errors: list[str] = []
+        self._pool_files: frozenset[str] = frozenset()
         if is_async_factory(factory):
-            self.loop = LoopThread(backend, backend_options)
+            self._pool_files = source_files(resolve_modules((factory,)))
+            self.loop = LoopThread(backend, backend_options, self._loop_error)
             self.pool = self._build(lambda: self.loop.call(lambda: factory(*args, **kwargs), 30), factory)  # type: ignore[union-attr]
         else:
             self.pool = self._build(lambda: factory(*args, **kwargs), factory)
         self.is_async = inspect.iscoroutinefunction(self.pool.acquire)
         self.native_cancel = self.is_async and backend == "asyncio" and not speaks_anyio(self.pool)
         if self.is_async and self.loop is None:
-            self.loop = LoopThread(backend, backend_options)
+            self.loop = LoopThread(backend, backend_options, self._loop_error)
         self.backoff_bound = self.timing.backoff_bound_of(self.pool)
 
     # -- operations, as the state machines call them (sync, bounded) --------------------------
@@ -215,8 +223,11 @@ class PoolDriver(Scenarios):
             raise ValueError(f"{step} needs an async pool on asyncio, not {flavour}")
 
     def check_quiet(self) -> None:
-        """The consistency and conservation checks, with no operation in flight."""
+        """The consistency and conservation checks, with no operation in flight; and nothing the
+        event loop caught in the pool's own tasks and callbacks."""
         self._dispatch("harness", self.op_check_quiet, self._bound(0))
+        if self.loop_errors:
+            raise self._with_context(loop_errors_violation(self.loop_errors[:MAX_LOOP_ERRORS]))
 
     def probe_wakeup(self, waiter: str, releaser: str, block_id: int, cancel: bool = False) -> int | None:
         """A waiter parks on an exhausted pool; ``releaser`` frees the last reference to a block;
@@ -295,6 +306,15 @@ class PoolDriver(Scenarios):
             raise self._with_context(violation) from None
         except CallHung:
             raise self._hang(holder, bound) from None
+
+    def _loop_error(self, context: dict[str, Any]) -> bool:
+        """The loop's exception handler (``LoopThread``): the pool's error noted, True; else
+        False (a cancellation, kvstress's own), for the loop's default handler."""
+        line = loop_error_line(context, self._pool_files)
+        if line is None or self.failed:
+            return line is not None
+        self.loop_errors.append(line)
+        return True
 
     def _guard(self, check: Callable[[], None]) -> None:
         try:

@@ -136,9 +136,18 @@ class ThreadWorker:
 class LoopThread:
     """An anyio event loop (asyncio or trio) in a daemon thread, alive for a whole example."""
 
-    def __init__(self, backend: str, backend_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        backend: str,
+        backend_options: dict[str, Any] | None = None,
+        on_error: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
+        """``on_error``, on asyncio, is given what the loop's exception handler is (an exception
+        in a task nobody awaited, or in a callback); where it answers False, the loop's default
+        handler logs it as usual."""
         self.backend = backend
         self.stuck = False
+        self._on_error = on_error
         self._ready = threading.Event()
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._error: BaseException | None = None
@@ -181,6 +190,8 @@ class LoopThread:
 
     def _serve(self, backend_options: dict[str, Any]) -> None:
         async def serve() -> None:
+            if self._on_error is not None and self.backend == "asyncio":
+                asyncio.get_running_loop().set_exception_handler(self._caught)
             async with anyio.from_thread.BlockingPortal() as portal:
                 self._portal = portal
                 self._ready.set()
@@ -191,6 +202,11 @@ class LoopThread:
         except BaseException as exc:
             self._error = exc
             self._ready.set()
+
+    def _caught(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        assert self._on_error is not None
+        if not self._on_error(context):
+            loop.default_exception_handler(context)
 
 
 class Suspensions:

@@ -26,7 +26,13 @@ import anyio
 import torch
 
 from kvstress import _flight, checkers
-from kvstress._blame import InternalError, internal_error, raised_in_kvstress
+from kvstress._blame import (
+    InternalError,
+    internal_error,
+    loop_error_line,
+    loop_errors_violation,
+    raised_in_kvstress,
+)
 from kvstress._checks import check_block_shape, check_num_blocks
 from kvstress._format import error_text
 from kvstress._violation import BlockRecord, InvariantViolation, Operation
@@ -273,12 +279,11 @@ def run_execution(
     finally:
         if record.ops is not None:
             record.ops.close_unstarted()
-    if record.failure is None and record.ops is not None:
-        record.failure = check_run(config, record.ops) or loop_error_crash(record)
+    caught = judge_run(config, record)
     if record.failure is not None and record.ops is not None:
         record.blocks, record.blocks_at = blocks_of_failure(config, record.ops)
-    if record.failure is not None and (record.loop_errors or record.task_deaths):
-        record.failure = with_loop_errors(record.failure, record.loop_errors, record.task_deaths)
+    if record.failure is not None and (caught or record.task_deaths):
+        record.failure = with_loop_errors(record.failure, caught, record.task_deaths)
     return record
 
 
@@ -292,7 +297,8 @@ def with_loop_errors(
     """The violation, its message naming what the event loop caught in callbacks before it, and
     the pool's own tasks that died (``_deaths``)."""
     said = [f"the event loop caught in a callback: {'; '.join(errors)}"] if errors else []
-    said += [f"a task of the pool's own died: {'; '.join(deaths)}"] if deaths else []
+    if deaths:
+        said.append(f"a task of the pool's own ended by raising, handled or not: {'; '.join(deaths)}")
     found = InvariantViolation(
         violation.invariant,
         f"{violation.message} (before it, {'; '.join(said)})",
@@ -386,15 +392,26 @@ def note_loop_error(
     """An exception the event loop caught in a task or callback nobody awaits: noted for the
     run's failure (``loop_error_crash``), unless kvstress's own code alone raised it (``files``:
     the pool's source files)."""
-    error = context.get("exception")
-    if (
-        not isinstance(error, Exception)  # CancelledError, as the run's tasks unwind
-        or len(record.loop_errors) >= MAX_LOOP_ERRORS
-        or (record.ops is not None and record.ops.failed_op is not None)
-        or (files and raised_in_kvstress(error, files))
+    if len(record.loop_errors) >= MAX_LOOP_ERRORS or (
+        record.ops is not None and record.ops.failed_op is not None
     ):
         return
-    record.loop_errors.append(error_text(error))
+    line = loop_error_line(context, files)
+    if line is not None:
+        record.loop_errors.append(line)
+
+
+def judge_run(config: ScenarioConfig, record: ExecutionRecord) -> Sequence[str]:
+    """The run's checks for one that raised nothing (``check_run``), then what the event loop
+    caught (``loop_error_crash``): ``record.failure`` set to the first finding. Returns what the
+    loop caught that a finding should still name (not the loop's own crash: it names them)."""
+    if record.failure is not None or record.ops is None:
+        return record.loop_errors
+    record.failure = check_run(config, record.ops)
+    if record.failure is not None:
+        return record.loop_errors
+    record.failure = loop_error_crash(record)
+    return ()
 
 
 def loop_error_crash(record: ExecutionRecord) -> InvariantViolation | None:
@@ -404,12 +421,7 @@ def loop_error_crash(record: ExecutionRecord) -> InvariantViolation | None:
     workers"; a blind tester's pool whose helper task raised was clean)."""
     if not record.loop_errors:
         return None
-    return InvariantViolation(
-        "crash",
-        "a task or callback of the pool's own raised, and the event loop caught it: "
-        + "; ".join(record.loop_errors),
-        history=record.history,
-    )
+    return loop_errors_violation(record.loop_errors, record.history)
 
 
 def time_bound(config: ScenarioConfig) -> float:

@@ -41,10 +41,9 @@ from kvstress.scenarios._execution import (
     ScenarioConfig,
     ScenarioOps,
     build_pool,
-    check_run,
     crash_of,
     draw_scenario,
-    loop_error_crash,
+    judge_run,
     note_loop_error,
     with_loop_errors,
 )
@@ -189,12 +188,11 @@ def run_stress_execution(
         if not isinstance(found, InvariantViolation):
             found = crash_of(found, config, "the run")
         record.failure = found
-    if record.failure is None and record.ops is not None:
-        record.failure = check_run(config, record.ops) or loop_error_crash(record)
+    caught = judge_run(config, record)
     if record.failure is not None and record.ops is not None:
         record.blocks = dump_blocks(record.ops.pool, config.num_blocks, record.ops.ledger)
-    if record.failure is not None and record.loop_errors:
-        record.failure = with_loop_errors(record.failure, record.loop_errors)
+    if record.failure is not None and caught:
+        record.failure = with_loop_errors(record.failure, caught)
     return record
 
 
