@@ -86,6 +86,9 @@ def internal_error(error: BaseException) -> InternalError:
     )
 
 
+MAX_LOOP_ERRORS = 3
+"""What the event loop caught in a run that its finding names, at most."""
+
 NEVER_RETRIEVED = "Task exception was never retrieved"
 """asyncio's message for a task that ended by raising and was freed with nothing having read its
 exception (``Task.__del__`` hands it to the loop's exception handler)."""

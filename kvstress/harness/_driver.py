@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 
 from kvstress import checkers
-from kvstress._blame import loop_error_line, loop_errors_violation
+from kvstress._blame import MAX_LOOP_ERRORS, loop_error_line, loop_errors_violation
 from kvstress._checks import check_block_shape, check_dtype, check_num_blocks, protocol_gap
 from kvstress._format import error_text
 from kvstress._violation import BlockRecord, InvariantViolation
@@ -32,8 +32,6 @@ from kvstress.harness._runner import CallHung, LoopThread, ThreadWorker, run_to_
 from kvstress.harness._scenarios import Scenarios, speaks_anyio
 
 T = TypeVar("T")
-MAX_LOOP_ERRORS = 3
-"""What the event loop caught that a finding names, at most."""
 BACKENDS = ("asyncio", "trio")
 
 

@@ -27,6 +27,7 @@ import torch
 
 from kvstress import _flight, checkers
 from kvstress._blame import (
+    MAX_LOOP_ERRORS,
     InternalError,
     internal_error,
     loop_error_line,
@@ -285,10 +286,6 @@ def run_execution(
     if record.failure is not None and (caught or record.task_deaths):
         record.failure = with_loop_errors(record.failure, caught, record.task_deaths)
     return record
-
-
-MAX_LOOP_ERRORS = 3
-"""Callback exceptions a failure's message names, at most."""
 
 
 def with_loop_errors(
