@@ -45,7 +45,12 @@ def test_a_pool_that_kills_its_process_as_it_is_built_is_a_crash_report(tmp_path
 
 
 @pytest.mark.parametrize(
-    ("pool", "death"), [("SignalsItselfPool", "exit 143"), ("InterruptsItselfPool", "exit 130")]
+    ("pool", "death"),
+    [
+        ("SignalsItselfPool", "exit 143"),
+        ("InterruptsItselfPool", "exit 130"),
+        ("InterruptsItselfAtEveryReleasePool", "exit 130"),
+    ],
 )
 def test_a_pool_that_signals_its_own_process_is_a_crash_not_a_stop(
     pool: str, death: str, tmp_path: Path
@@ -275,7 +280,9 @@ def test_kvstress_failing_in_its_own_code_is_no_finding_against_the_pool(
     text = log.read_text()
     assert "TypeError" in text and "check_run" in text and "not the pool" in text
     err = capsys.readouterr().err
-    assert "internal error, no verdict on the pool (the run stopped there): TypeError" in err and str(log) in err
+    assert (
+        "internal error, no verdict on the pool (the run stopped there): TypeError" in err and str(log) in err
+    )
 
 
 def test_a_process_that_does_not_stop_is_killed_with_its_stacks_in_the_report(

@@ -331,6 +331,15 @@ SIGNAL_GRACE_S = 2.0
 reached it before it takes the signal for the pool's own."""
 
 
+SIGNAL_POLL_S = 0.05
+"""How often a signal's judge looks whether the supervisor stopped the run."""
+
+
+_JUDGE_OUT = threading.Event()
+"""Set once a signal's judge is out in this process: one decides for every signal after it
+(signal handlers run in the main thread alone, so the check and the set cannot race)."""
+
+
 def signal_from_the_pool(supervisor: Any, name: str) -> None:
     """A SIGINT or SIGTERM reached a supervised child before its supervisor stopped the run
     (``supervisor``, its stop Event). A Ctrl-C at a terminal or a CI job's kill reaches the whole
@@ -340,8 +349,15 @@ def signal_from_the_pool(supervisor: Any, name: str) -> None:
     a clean run: exit 130, "interrupted", or 0, "no violation found", a blind tester's.)"""
 
     def judge() -> None:
-        if supervisor.wait(SIGNAL_GRACE_S):
-            return
+        # Polled, not waited on: a process that ends inside ``Event.wait`` leaves the Event's
+        # condition counting a sleeper that never wakes, and the supervisor's ``set`` then waits
+        # for it for ever (a pool that signalled itself at every release started a judge per
+        # signal; the first one's exit left the others waiting: the run hung, no report).
+        deadline = time.monotonic() + SIGNAL_GRACE_S
+        while time.monotonic() < deadline:
+            if supervisor.is_set():
+                return
+            time.sleep(SIGNAL_POLL_S)
         print(
             f"kvstress: {name} reached the fuzzing process, not from kvstress nor from outside it "
             "(the supervisor did not get it): the pool signalled its own process",
@@ -350,6 +366,9 @@ def signal_from_the_pool(supervisor: Any, name: str) -> None:
         )
         os._exit(128 + int(getattr(signal, name)))
 
+    if _JUDGE_OUT.is_set():
+        return  # the judge of an earlier signal decides for this one too
+    _JUDGE_OUT.set()
     threading.Thread(target=judge, name="kvstress-signal-judge", daemon=True).start()
 
 
