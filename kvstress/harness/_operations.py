@@ -356,7 +356,7 @@ class Operations:
 
     async def _read_free(self, index: int) -> tuple[int, list[int]]:
         free_count = await self._call(index, "free_count", self.pool.free_count)
-        return free_count, list(await self._call(index, "free_ids", self.pool.free_ids))
+        return free_count, id_list(await self._call(index, "free_ids", self.pool.free_ids))
 
     async def _settled(self, index: int) -> tuple[int, list[int]]:
         """``free_count()`` and ``free_ids()`` at a quiet point.
@@ -476,7 +476,7 @@ class Operations:
         unchanged."""
         handle = self.ledger.handles[block_id]
         await self.op_settle()
-        before = (self.pool.free_count(), list(self.pool.free_ids()))
+        before = (self.pool.free_count(), id_list(self.pool.free_ids()))
         self._count_release()
         index = self.history.begin(holder, "release", {"block": block_id, "double": True}, self._stamp())
         try:
@@ -489,7 +489,7 @@ class Operations:
             returned = False
         else:
             self.history.end(index, self._stamp(), "ok", returned)
-        after = (self.pool.free_count(), list(self.pool.free_ids()))
+        after = (self.pool.free_count(), id_list(self.pool.free_ids()))
         checkers.check_double_release(block_id, returned, before, after)
 
     def _raced(self, block_id: int) -> bool:
@@ -544,10 +544,10 @@ class Operations:
         stale = (self.ledger.first if first else self.ledger.previous).get(block_id)
         if stale is None or block_id not in self.ledger.open or stale is self.ledger.handles.get(block_id):
             return
-        before = (self.pool.free_count(), list(self.pool.free_ids()))
+        before = (self.pool.free_count(), id_list(self.pool.free_ids()))
         index = self.history.begin(holder, operation, {"block": block_id, "stale": True}, self._stamp())
         raised, returned = await self._refusable(index, operation, stale)
-        after = (self.pool.free_count(), list(self.pool.free_ids()))
+        after = (self.pool.free_count(), id_list(self.pool.free_ids()))
         checkers.check_stale_refused(block_id, operation, raised, returned, before, after)
 
     async def op_check_quiet(self) -> None:
@@ -770,3 +770,14 @@ def _runs(states: list[tuple[int, str]]) -> list[str]:
         shown.append(f"block {first} ({state})" if first == last else f"blocks {first}-{last} ({state})")
         i = j + 1
     return shown
+
+
+def id_list(answer: Any) -> list[Any]:
+    """What ``free_ids()`` answered, as a list; a ``crash`` where it is no iterable of ids (None
+    went up as kvstress's own TypeError: exit 3, "a bug in kvstress", a blind tester's)."""
+    try:
+        return list(answer)
+    except TypeError:
+        raise InvariantViolation(
+            "crash", f"free_ids() returned {answer!r}, not an iterable of block ids"
+        ) from None

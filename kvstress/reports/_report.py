@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -94,12 +95,25 @@ def write_report(report: Mapping[str, Any], report_dir: str | os.PathLike[str]) 
     data["replay"] = f"kvstress replay {shlex.quote(str(path.resolve()))}"
     if "pool_path" not in data and isinstance(data.get("pool"), str):
         data["pool_path"] = import_root(data["pool"])
-    text = json.dumps(data, indent=1, default=repr, allow_nan=False)
+    text = json.dumps(_finite(data), indent=1, default=repr, allow_nan=False)
     temporary = path.with_suffix(".json.tmp")
     temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, path)
     write_html(data, path.with_suffix(".html"))
     return path
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every float that JSON cannot hold (NaN, infinities) as its ``repr``: a
+    pool's answer read into a report (a ``free_count`` of NaN) made writing it fail, and the
+    finding was lost (a blind tester's)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def write_html(report: Mapping[str, Any], path: Path) -> None:
