@@ -570,3 +570,16 @@ def test_flaky():
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--reruns", "2")
     result.assert_outcomes(failed=1, passed=1)
     assert "1 rerun" in result.stdout.str()  # the flaky test, not the finding
+
+
+def test_a_report_directory_that_cannot_hold_reports_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """Refused at the start, in one line (exit 4), as ``kvstress fuzz --report-dir`` refuses it:
+    the first finding's report failed to be written, and the finding was lost (a blind tester's)."""
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    pytester.makefile(".txt", afile="")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kvstress-report-dir=afile.txt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--kvstress-report-dir" in result.stderr.str() and "is a file" in result.stderr.str()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kvstress-report-dir=out/reports")
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / "out" / "reports").is_dir()

@@ -90,12 +90,26 @@ def read_settings(config: pytest.Config, inherited_seed: int | None) -> Settings
     """
     flag = config.option.kvstress_controlled_loop  # None unless given on the command line
     with _usage_errors():
-        return Settings(
+        settings = Settings(
             budget_s=_budget(config),
             session_seed=_session_seed(config) if inherited_seed is None else inherited_seed,
             report_dir=configured_report_dir(config),
             controlled_loop=bool(config.getini("kvstress_controlled_loop") if flag is None else flag),
         )
+        if config.option.kvstress_report_dir is not None:
+            _can_hold_reports(settings.report_dir)
+        return settings
+
+
+def _can_hold_reports(directory: Path) -> None:
+    """A report directory given on the command line, made now: one that cannot be (a file, a path
+    under /proc) failed the first finding's report, and the finding was lost (a blind tester's).
+    The default is left to be made by the first report: a session that finds nothing makes none."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        reason = "is a file" if directory.is_file() else f"cannot hold reports: {error.strerror or error}"
+        raise ValueError(f"--kvstress-report-dir {str(directory)!r} {reason}") from None
 
 
 def check_budget(budget: object, name: str) -> float:
