@@ -248,3 +248,15 @@ def test_a_virtual_policy_neither_scales_its_slack_nor_calls_it_load_aware(
     assert "load-aware" not in str(caught.value)
     with pytest.raises(InvariantViolation, match="of virtual time, before its timeout"):
         checkers.check_timeout(0.01, False, 0.0, 0.0, 0.0, virtual)
+
+
+def test_the_hang_bound_on_the_wall_clock_grows_with_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the slack does: a correct pool's call past a fixed 5 s at load 23 on 2 cores was a
+    ``hang`` (a blind tester's, the stress run's final release). Exact on a virtual clock."""
+    import kvstress.checkers._timing as timing
+
+    monkeypatch.setattr(timing, "load_factor", lambda: 11.5)
+    assert TimingPolicy(hang_bound=5.0).hang_now() == pytest.approx(57.5)
+    assert TimingPolicy(hang_bound=5.0, virtual=True).hang_now() == 5.0
+    monkeypatch.setattr(timing, "load_factor", lambda: 1.0)
+    assert TimingPolicy(hang_bound=5.0).hang_now() == 5.0

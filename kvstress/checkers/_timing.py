@@ -58,6 +58,13 @@ class TimingPolicy:
         On a virtual clock, ``slack`` itself."""
         return self.slack if self.virtual else self.slack * load_factor()
 
+    def hang_now(self) -> float:
+        """``hang_bound`` scaled as ``slack_now`` scales the slack: on the wall clock a correct
+        pool's call past a fixed bound on a machine loaded far past its cores was a ``hang`` (a
+        blind tester's, at load 23 on 2 cores: the stress run's final release, 5 s). On a virtual
+        clock, ``hang_bound`` itself."""
+        return self.hang_bound if self.virtual else self.hang_bound * load_factor()
+
     def slack_words(self, slack: float) -> str:
         """How a message names the slack: load-aware on the wall clock, exact on a virtual one."""
         return f"{slack:.3g} s (virtual clock)" if self.virtual else f"{slack:.3g} s (load-aware)"

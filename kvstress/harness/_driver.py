@@ -129,7 +129,7 @@ class PoolDriver(Scenarios):
         frees those blocks (its last references); the waiter must get a batch within the backoff
         bound plus slack. With ``cancel`` (async pools), it is cancelled right after."""
         patience = self.backoff_bound + 2 * self.timing.slack + 0.2
-        bound = self._bound(patience) + self.timing.hang_bound
+        bound = self._bound(patience) + self.timing.hang_now()
         self.sequential = False
         try:
             return self._dispatch(
@@ -232,7 +232,7 @@ class PoolDriver(Scenarios):
         the waiter must get a block within the backoff bound plus slack. With ``cancel`` (async
         pools), the waiter is cancelled right after the release wakes it."""
         patience = self.backoff_bound + 2 * self.timing.slack + 0.2
-        bound = self._bound(patience) + self.timing.hang_bound
+        bound = self._bound(patience) + self.timing.hang_now()
         self.sequential = False
         try:
             return self._dispatch(
@@ -247,7 +247,7 @@ class PoolDriver(Scenarios):
         """Run small programs concurrently, one holder each, then check the pool."""
         holders = [f"b{i}" for i in range(len(programs))]
         budget = sum(self._step_cost(step) for program in programs for step in program)
-        bound = budget + self.timing.hang_bound
+        bound = budget + self.timing.hang_now()
         self.sequential = False
         try:
             if self.loop is not None:

@@ -707,7 +707,7 @@ class Operations:
             self.thread_pause(seconds)
 
     def _bound(self, timeout: float | None) -> float:
-        return (timeout or 0.0) + self.backoff_bound + self.timing.slack + self.timing.hang_bound
+        return (timeout or 0.0) + self.backoff_bound + self.timing.slack + self.timing.hang_now()
 
     def _step_cost(self, step: tuple[str, Any]) -> float:
         kind, arg = step

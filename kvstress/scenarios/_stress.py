@@ -229,7 +229,8 @@ def _thread_run(
     ]
     for thread in threads:
         thread.start()
-    bound = scenario.total_timeout + timing.hang_bound
+    hang = timing.hang_now()
+    bound = scenario.total_timeout + hang
     deadline = time.monotonic() + bound
     try:
         for holder, thread in zip(scenario.workers, threads, strict=True):
@@ -242,7 +243,7 @@ def _thread_run(
     if errors:
         first = errors[0]
         raise first if isinstance(first, InvariantViolation) else crash_of(first, config, "the run")
-    _bounded_finish(ops, timing.hang_bound)
+    _bounded_finish(ops, hang)
 
 
 def _bounded_finish(ops: ScenarioOps, bound: float) -> None:
@@ -262,7 +263,7 @@ def _async_on_a_thread(config: ScenarioConfig, record: ExecutionRecord, timing: 
     assert record.scenario is not None
     # The run bounds itself (programs: timeouts + hang_bound; the final releases: hang_bound);
     # this outer bound only catches a loop that cannot run those, so it leaves them room.
-    bound = record.scenario.total_timeout + 2 * timing.hang_bound + 1.0
+    bound = record.scenario.total_timeout + 2 * timing.hang_now() + 1.0
     modules = config.pool_modules()
     with own_loop_primitives(modules):  # this run's loop is a new one
         _on_a_thread(
@@ -291,7 +292,8 @@ async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: Ti
         loop.set_exception_handler(lambda _loop, context: note_loop_error(record, context, files))
     pool = build_pool(config)
     ops = record.ops = ScenarioOps(config, pool, anyio.current_time, virtual=False, timing=timing)
-    bound = timing.hang_bound + record.scenario.total_timeout
+    hang = timing.hang_now()
+    bound = hang + record.scenario.total_timeout
     try:
         with anyio.move_on_after(bound) as scope:
             async with anyio.create_task_group() as tg:
@@ -301,10 +303,10 @@ async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: Ti
         ops.close_unstarted()
     if scope.cancelled_caught:
         raise InvariantViolation("hang", f"the workers' programs did not finish within {bound:g} s")
-    with anyio.move_on_after(timing.hang_bound) as scope:
+    with anyio.move_on_after(hang) as scope:
         await ops.finish()
     if scope.cancelled_caught:
-        bound = timing.hang_bound
+        bound = hang
         raise InvariantViolation(
             "hang", f"the harness's final release of a block still held did not return within {bound:g} s"
         )
