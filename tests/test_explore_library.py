@@ -90,3 +90,9 @@ def test_a_run_ends_soon_after_an_audit_violation_killed_a_task(caplog: Any) -> 
     assert "60 s after an audit's violation" in notes
     gc.collect()
     assert "never retrieved" not in caplog.text
+
+
+def test_a_single_module_name_is_one_module_not_its_letters() -> None:
+    """``explore(fn, modules="server")`` said "cannot import 's'" (a blind tester's)."""
+    assert resolve_modules("tests.pools") == resolve_modules(["tests.pools"])
+    assert resolve_modules(resolve_modules) == resolve_modules([resolve_modules])

@@ -261,6 +261,10 @@ def resolve_modules(targets: Iterable[object]) -> tuple[types.ModuleType, ...]:
     never controlled on the user's behalf (``left_alone``): a package's code is in its
     submodules, and its ``__init__`` only re-exports them. ValueError names a target that is none
     of these."""
+    if isinstance(targets, str | type | types.ModuleType | types.FunctionType | functools.partial):
+        # One target, not a collection of them: ``modules="server"`` was taken letter by letter
+        # ("cannot import 'b'", a blind tester's).
+        targets = (targets,)
     found: dict[str, types.ModuleType] = {}
     for target in targets:
         for module in _modules_of(target):
