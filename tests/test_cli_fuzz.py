@@ -90,6 +90,22 @@ def test_replay_reproduces_exactly(found: tuple[subprocess.CompletedProcess[str]
     assert quiet.returncode == 1 and quiet.stdout.splitlines() == ["reproduced: dirty-read"]
 
 
+def test_a_report_whose_schedule_is_corrupt_is_named_in_one_line(
+    found: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path
+) -> None:
+    """Exit 2 and one line naming the file (it said only "schedule is corrupt", a blind
+    tester's)."""
+    _, cwd = found
+    report = json.loads(next((cwd / "reports").glob("*.json")).read_text())
+    report["schedule"] = "ks1:zz!"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(report))
+    done = kvstress("replay", str(bad), cwd=cwd)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert f"{bad}: schedule is corrupt" in done.stderr
+
+
 def test_report_prints_and_rerenders(found: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     """kvstress report prints the interleaving and replay command; --html writes the page again."""
     _, cwd = found
