@@ -339,3 +339,24 @@ def test_an_async_pool_with_a_plain_release_is_audited_in_its_own_shapes() -> No
             assert pool.release(again) is True and pool.release(other) is True
 
     asyncio.run(main())
+
+
+def test_trio_tasks_of_one_function_are_told_apart() -> None:
+    """trio names a task after its function: two workers' leaks both read "acquired by
+    ...worker" (a blind tester's). The first keeps the name, the second is ``#2``."""
+
+    async def main() -> str:
+        audited = kvstress.audit(kvstress.AsyncBlockPool(2, (2,)))
+
+        async def worker() -> None:
+            await audited.acquire(0)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            tg.start_soon(worker)
+        with pytest.raises(InvariantViolation) as caught:
+            audited.close()
+        return str(caught.value).splitlines()[0]
+
+    said = anyio.run(main, backend="trio")
+    assert "<locals>.worker;" in said and "<locals>.worker#2;" in said, said

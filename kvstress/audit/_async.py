@@ -27,6 +27,7 @@ class AsyncAuditedPool(AuditCore):
 
     def __init__(self, pool: Any, **options: Any) -> None:
         super().__init__(pool, **options)
+        self._trio_names = TaskNames()
         # An async pool's release (and release_many) may be a plain call (docs/protocol.md):
         # then so is the audit's, as the pool's callers call it; the threaded audit's checks.
         from kvstress.audit._threaded import AuditedPool
@@ -62,7 +63,7 @@ class AsyncAuditedPool(AuditCore):
         self._end_use(lease, op, name)
 
     def _holder(self) -> str:
-        return _task_name()
+        return _task_name(self._trio_names)
 
     async def acquire(self, timeout: float | None = None) -> AuditedBlock | None:
         """The pool's acquire; the block must be nobody's and all zero."""
@@ -221,12 +222,37 @@ async def _maybe(result: Any) -> Any:
     return await result if inspect.isawaitable(result) else result
 
 
-def _task_name() -> str:
-    """The running task's name: asyncio's own where the loop is asyncio, anyio's record elsewhere."""
+def _task_name(trio_names: TaskNames) -> str:
+    """The running task's name: asyncio's own where the loop is asyncio (``Task-N`` unless the
+    code named it), anyio's record elsewhere, told apart where several share it."""
     try:
         task: Any = asyncio.current_task()
     except RuntimeError:  # no asyncio loop runs here: trio
         task = None
     if task is not None:
         return str(task.get_name())
-    return anyio.get_current_task().name or "task"
+    info = anyio.get_current_task()
+    return trio_names.name(info.id, info.name or "task")
+
+
+class TaskNames:
+    """trio names a task after its function: every worker of a nursery that runs one function was
+    "acquired by server.prefix_cache.warm.<locals>.worker", whichever it was (a blind tester's).
+    The first task of a name keeps it; the n-th other is ``name#n``."""
+
+    def __init__(self) -> None:
+        self._given: dict[int, str] = {}
+        self._count: dict[str, int] = {}
+
+    MOST = 10_000
+    """Task ids remembered at most (a long test starts a task per request); past it, the first
+    task of each name again keeps it, and the count goes on."""
+
+    def name(self, ident: int, name: str) -> str:
+        if len(self._given) >= self.MOST:
+            self._given.clear()
+        given = self._given.get(ident)
+        if given is None or not given.startswith(name):  # a new task, or an id reused by another
+            seen = self._count[name] = self._count.get(name, 0) + 1
+            given = self._given[ident] = name if seen == 1 else f"{name}#{seen}"
+        return given
