@@ -172,3 +172,16 @@ def test_an_async_pool_that_runs_only_on_the_other_backend_is_refused_with_the_o
         kvstress.pool_machine(ChannelPool)
     assert kvstress.pool_machine(ChannelPool, backend="trio").factory is ChannelPool
     assert kvstress.pool_machine(kvstress.AsyncBlockPool).factory is kvstress.AsyncBlockPool
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"num_blocks": 0}, "num_blocks must be an int >= 1"),
+        ({"block_shape": (0,)}, "block_shape must hold ints >= 1"),
+    ],
+)
+def test_a_bad_size_is_refused_when_the_machine_is_made(given: dict[str, Any], said: str) -> None:
+    """Not first when its TestCase runs (a blind tester's ``num_blocks=0``)."""
+    with pytest.raises(ValueError, match=said):
+        kvstress.pool_machine(SimpleThreadedPool, **given)

@@ -27,6 +27,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from kvstress._checks import check_block_shape, check_num_blocks
 from kvstress._violation import InvariantViolation
 from kvstress.checkers import TimingPolicy
 from kvstress.harness._driver import PoolDriver, is_async_factory
@@ -342,8 +343,9 @@ def pool_machine(
     if not callable(factory):
         raise ValueError(f"factory must be a pool class or callable, got {factory!r}")
     options = MachineOptions(
-        num_blocks=num_blocks,
-        block_shape=tuple(block_shape),
+        # Checked here, not first when the TestCase runs (a blind tester's num_blocks=0).
+        num_blocks=check_num_blocks(num_blocks),
+        block_shape=check_block_shape(block_shape),
         dtype=dtype,
         device=device,
         backend=backend,
