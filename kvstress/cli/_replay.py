@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 from kvstress.cli._parser import Parser, UsageError
-from kvstress.fuzz import replay_report
-from kvstress.reports import load_report, pool_size
+from kvstress.fuzz import TargetError, replay_report
+from kvstress.reports import ReportError, load_report, pool_size
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Parser]) -> None:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = load_report(args.report)
         outcome = replay_report(report, tries=args.tries)
-    except ValueError as error:  # ReportError, TargetError, a corrupt schedule
+    except (ReportError, TargetError) as error:
         said = str(error)
         # Name the file where the error does not (a corrupt schedule said only "schedule is
         # corrupt", a blind tester's).

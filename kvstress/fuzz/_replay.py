@@ -19,10 +19,10 @@ from kvstress.fuzz._contract import run_contract, run_history
 from kvstress.fuzz._run import ctrl_c_flag
 from kvstress.fuzz._slices import run_machine, scenario_config
 from kvstress.fuzz._target import FuzzTarget, load_target, make_importable_after_cwd
-from kvstress.reports import load_report
+from kvstress.reports import ReportError, load_report
 from kvstress.scenarios import ScenarioConfig, replay, run_stress_execution, search
 from kvstress.scenarios._programs import Scenario
-from kvstress.schedulers import PCTScheduler, RandomScheduler, ScheduleDivergence
+from kvstress.schedulers import PCTScheduler, RandomScheduler, Schedule, ScheduleDivergence
 
 KINDS = ("scenario", "stress", "machine", "contract", "crash")
 CRASH_MARGIN_S = 30.0
@@ -129,6 +129,10 @@ def _replay_schedule(
     schedule = report.get("schedule")
     if not isinstance(schedule, str):
         raise ValueError("the report has no schedule string to replay")
+    try:
+        Schedule.decode(schedule)
+    except ValueError as error:  # the report is corrupt, not the pool's run
+        raise ReportError(str(error)) from None
     config = scenario_config(target)
     if report["config"].get("fixed_scenario"):  # a motif: its programs are in the report
         config = replace(config, scenario=Scenario.from_json(report.get("scenario")))
