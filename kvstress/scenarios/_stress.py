@@ -263,11 +263,12 @@ def _async_on_a_thread(config: ScenarioConfig, record: ExecutionRecord, timing: 
     assert record.scenario is not None
     # The run bounds itself (programs: timeouts + hang_bound; the final releases: hang_bound);
     # this outer bound only catches a loop that cannot run those, so it leaves them room.
-    bound = record.scenario.total_timeout + 2 * timing.hang_now() + 1.0
+    hang = timing.hang_now()  # once: the bounds inside the run are made of the same
+    bound = record.scenario.total_timeout + 2 * hang + 1.0
     modules = config.pool_modules()
     with own_loop_primitives(modules):  # this run's loop is a new one
         _on_a_thread(
-            lambda: anyio.run(_async_run, config, record, timing, backend=config.backend),
+            lambda: anyio.run(_async_run, config, record, timing, hang, backend=config.backend),
             bound,
             "kvstress-stress-loop",
             f"the async run did not end within {bound:g} s: a wait that cancellation cannot end "
@@ -284,7 +285,9 @@ def _on_a_thread(run: Callable[[], object], bound: float, name: str, hang: str) 
         raise InvariantViolation("hang", hang) from None
 
 
-async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: TimingPolicy) -> None:
+async def _async_run(
+    config: ScenarioConfig, record: ExecutionRecord, timing: TimingPolicy, hang: float
+) -> None:
     assert record.scenario is not None
     if config.backend == "asyncio":  # trio has no callbacks whose errors a handler swallows
         loop = asyncio.get_running_loop()
@@ -292,7 +295,6 @@ async def _async_run(config: ScenarioConfig, record: ExecutionRecord, timing: Ti
         loop.set_exception_handler(lambda _loop, context: note_loop_error(record, context, files))
     pool = build_pool(config)
     ops = record.ops = ScenarioOps(config, pool, anyio.current_time, virtual=False, timing=timing)
-    hang = timing.hang_now()
     bound = hang + record.scenario.total_timeout
     try:
         with anyio.move_on_after(bound) as scope:
