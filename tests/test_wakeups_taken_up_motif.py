@@ -7,14 +7,12 @@ the pipe empty still looks at the free list."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
-from kvstress.fuzz._slices import _HOT_ROUNDS, run_slice
-from kvstress.fuzz._target import load_target
 from kvstress.scenarios import ScenarioConfig, search
 from kvstress.scenarios._motifs import PARKED_WAIT, SETTLE, motifs
 from kvstress.scenarios._programs import Scenario
 from kvstress.schedulers import DelayBoundedScheduler
+from tests.delay_rounds import found_in_first_delay_rounds
 from tests.pools.shared_pipe import SharedPipeDrainsPool, SharedPipePool
 
 
@@ -43,14 +41,7 @@ def test_a_waiter_that_reads_one_wake_up_comes_through() -> None:
 
 
 def test_the_fuzz_mix_finds_it_in_its_first_delay_rounds() -> None:
-    """In the delay strategy's opening and hot rounds, which the mix's first delay slice runs to
-    their end, past its length, within the grace (about 500 executions, 3 s on the 2-core
-    machine). Counted in rounds, not seconds: a fuzz run of 30 s missed it in CI with the machine
-    loaded (the grace cut the first slice, and the rest of the hot round came a quarter-second
-    a cycle)."""
-    memo: dict[str, Any] = {}
-    target = load_target("tests.pools.shared_pipe:SharedPipeDrainsPool")
-    result = run_slice("delay", target, 0, 1e-9, memo=memo, grace_s=120.0)
-    assert result.finding is not None
-    assert result.finding.violation.invariant == "lost-wakeup"
-    assert memo["delay"].round <= _HOT_ROUNDS[-1]
+    """About 500 executions into the delay strategy, 3 s on the 2-core machine (``delay_rounds``)."""
+    finding = found_in_first_delay_rounds("tests.pools.shared_pipe:SharedPipeDrainsPool")
+    assert finding is not None
+    assert finding.violation.invariant == "lost-wakeup"
